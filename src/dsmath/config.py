@@ -35,6 +35,7 @@ class Paths(Section):
     """Every path of the pipeline, defined once; dvc.yaml templates from these same keys."""
 
     raw: str = "data/raw"
+    extra_math: str = "data/extra"
     synthetic: str = "data/synthetic"
     corpus: str = "data/corpus"
     metrics: str = "metrics"
@@ -55,6 +56,7 @@ class Tracking(Section):
 
 class Common(Section):
     seed: NonNegInt = 1234
+    python: str = ".venv/bin/python"  # interpreter DVC runs the stage commands with
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     num_threads: NonNegInt = 0  # torch intra-op threads; 0 = library default
     paths: Paths = Paths()
@@ -138,8 +140,136 @@ class Corpus(Section):
     code_min_chars: NonNegInt = 200
     math_synthetic_docs: NonNegInt = 20000
     include_gsm8k_train: bool = True
+    # your own math text, file names inside `common.paths.extra_math` (a DVC dependency of the corpus stage):
+    # .jsonl with a `text` field per line, or plain text split on blank lines
+    extra_math_files: list[str] = []
     decontamination: Decontamination = Decontamination()
     classifier: Classifier = Classifier()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# models and the supervised stages: tokenizer -> base (code) -> pretrain (math) -> sft (CoT/PoT/tool)
+
+PosFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+
+
+class Tokenizer(Section):
+    """Byte-level BPE trained on the corpus, digits one per token; a pretrained model keeps its own tokenizer."""
+
+    vocab_size: Annotated[int, Field(ge=300)] = 1536  # 256 byte tokens + 4 specials + merges
+    min_frequency: PosInt = 2
+    max_chars: PosInt = 20_000_000  # corpus text (code + math) the BPE trainer reads
+
+
+class Model(Section):
+    """The network: a Llama built from these sizes (`source: scratch`), or any pretrained causal LM."""
+
+    source: Literal["scratch", "pretrained"] = "scratch"
+    hidden_size: PosInt = 160
+    num_layers: PosInt = 4
+    num_heads: PosInt = 4
+    num_kv_heads: PosInt = 4
+    intermediate_size: PosInt = 432
+    max_position_embeddings: PosInt = 512
+    rope_theta: PosFloat = 10000.0
+    tie_embeddings: bool = True
+    init_std: PosFloat = 0.02
+    name_or_path: str = ""  # pretrained: hub id, local folder, or "pkg:<python package>" (that package's folder)
+    gguf_file: str = ""  # pretrained: a GGUF file inside name_or_path (dequantised to float32 on load)
+
+    @model_validator(mode="after")
+    def _shapes(self) -> Model:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"num_heads: must divide hidden_size={self.hidden_size} (got {self.num_heads})")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_kv_heads: must divide num_heads={self.num_heads} (got {self.num_kv_heads})")
+        if self.source == "pretrained" and not self.name_or_path:
+            raise ValueError("name_or_path: required when source is 'pretrained'")
+        return self
+
+
+class Optim(Section):
+    """AdamW with linear warmup then cosine decay to `lr * min_lr_ratio`, global-norm gradient clipping."""
+
+    lr: PosFloat = 1e-3
+    min_lr_ratio: Prob = 0.1
+    warmup_steps: NonNegInt = 20
+    weight_decay: NonNegFloat = 0.1  # applied to matrices only (not norms, not biases)
+    beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    beta2: Annotated[float, Field(ge=0, lt=1)] = 0.95
+    eps: PosFloat = 1e-8
+    grad_clip: PosFloat = 1.0
+
+
+class Loop(Section):
+    """One training run (base, pretrain, sft): steps, batch, checkpoints. Batch sizes count sequences."""
+
+    max_steps: PosInt = 100
+    global_batch_size: PosInt = 32  # per optimizer step, summed over processes (same data for any world size)
+    micro_batch_size: PosInt = 32  # per forward pass and process; gradient accumulation makes up the rest
+    seq_len: PosInt = 256  # packed block length (pretraining) or longest example kept (SFT)
+    checkpoint_every: NonNegInt = 50  # steps; 0 = no checkpoints
+    keep_checkpoints: PosInt = 1
+    log_every: PosInt = 10  # steps between step-metric records (loss, lr, grad norm, tokens/s)
+    optim: Optim = Optim()
+
+    @model_validator(mode="after")
+    def _batch(self) -> Loop:
+        if self.global_batch_size % self.micro_batch_size:
+            need = f"must divide global_batch_size={self.global_batch_size}"
+            raise ValueError(f"micro_batch_size: {need} (got {self.micro_batch_size})")
+        return self
+
+
+class Base(Section):
+    """The "coder base": pretraining from scratch on the code corpus; pass-through for a pretrained model."""
+
+    train: Loop = Loop()
+    heldout_docs: PosInt = 20  # documents of each corpus kept out of training, for perplexity
+    eval_tokens: PosInt = 32768  # held-out tokens scored per corpus
+
+
+class Pretrain(Section):
+    """Continual pretraining on the math corpus (DeepSeekMath sec. 2.2, at laptop scale)."""
+
+    train: Loop = Loop()
+    heldout_docs: PosInt = 200
+    eval_tokens: PosInt = 32768
+
+
+class Mix(Section):
+    """Share of SFT examples in each solution style (normalised; each training problem gets one style)."""
+
+    cot: NonNegFloat = 0.6
+    pot: NonNegFloat = 0.2
+    tool: NonNegFloat = 0.2
+
+    @model_validator(mode="after")
+    def _positive(self) -> Mix:
+        if self.cot + self.pot + self.tool <= 0:
+            raise ValueError("cot: the shares cot + pot + tool must be > 0")
+        return self
+
+
+class Probe(Section):
+    """End-of-SFT accuracy probe on held-out test problems (CoT prompt): greedy accuracy and pass@k."""
+
+    n_problems: PosInt = 500
+    k: PosInt = 8
+    temperature: PosFloat = 1.0
+    max_new_tokens: PosInt = 160
+    batch_size: PosInt = 64  # sequences per generate call
+
+
+class Sft(Section):
+    """Supervised fine-tuning on CoT / PoT / tool-integrated solutions, loss on the response only."""
+
+    train: Loop = Loop()
+    mix: Mix = Mix()
+    max_examples: NonNegInt = 0  # training problems used; 0 = all
+    val_examples: PosInt = 500  # held-out problems (val split) for the held-out loss
+    probe: Probe = Probe()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -150,24 +280,43 @@ class Params(Section):
     common: Common = Common()
     data: Data = Data()
     corpus: Corpus = Corpus()
+    tokenizer: Tokenizer = Tokenizer()
+    model: Model = Model()
+    base: Base = Base()
+    pretrain: Pretrain = Pretrain()
+    sft: Sft = Sft()
 
 
 class ParamsError(ValueError):
     """Invalid params: the message is one line per problem, each starting with the key path."""
 
 
-def _format_errors(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
-        if "input" in e and e["type"] != "extra_forbidden" and not isinstance(e["input"], dict):
+_BOUND_MSG = {
+    "greater_than_equal": "must be >= {ge}",
+    "greater_than": "must be > {gt}",
+    "less_than_equal": "must be <= {le}",
+    "less_than": "must be < {lt}",
+    "literal_error": "must be one of {expected}",
+    "extra_forbidden": "unknown key",
+}
+
+
+def _format_error(e: dict) -> str:
+    """One pydantic error -> 'key.path: must be >= 2 (got 1)'."""
+    loc = ".".join(str(p) for p in e["loc"])
+    template = _BOUND_MSG.get(e["type"])
+    msg = template.format(**e.get("ctx", {})) if template else e["msg"].removeprefix("Value error, ")
+    if e["type"] != "extra_forbidden" and "input" in e and not isinstance(e["input"], dict):
+        if "(got " not in msg:
             msg += f" (got {e['input']!r})"
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        # model validators report at the section: their message already starts with the field name
-        lines.append(f"{loc}.{msg}" if loc and msg.split(":")[0].isidentifier() and ":" in msg else f"{loc}: {msg}")
-    return "; ".join(lines)
+    head, sep, _ = msg.partition(":")
+    if sep and head.isidentifier() and e["type"] == "value_error":  # a section validator naming its own field
+        return f"{loc}.{msg}" if loc else msg
+    return f"{loc}: {msg}" if loc else msg
+
+
+def _format_errors(err: ValidationError) -> str:
+    return "; ".join(_format_error(e) for e in err.errors())
 
 
 def parse_params(raw: dict) -> Params:

@@ -1,0 +1,1 @@
+"""Data: real benchmark loaders, the synthetic math world, corpora and decontamination."""

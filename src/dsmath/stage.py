@@ -1,0 +1,64 @@
+"""What every stage entry point shares: load and validate params before anything else, seed, write metrics.
+
+A stage module is ``def main(params) -> None`` plus ``if __name__ == "__main__": run_stage(main)``.
+Invalid params end the process with exit code 2 and one line naming the key, before any output is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dsmath.config import Params, ParamsError, load_params
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (if importable) from params."""
+    random.seed(seed)
+    os.environ.setdefault("PYTHONHASHSEED", str(seed))
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:
+        pass
+    if "torch" in sys.modules or _importable("torch"):
+        import torch
+
+        torch.manual_seed(seed)
+
+
+def _importable(name: str) -> bool:
+    from importlib.util import find_spec
+
+    return find_spec(name) is not None
+
+
+def write_metrics(params: Params, stage: str, metrics: dict[str, Any]) -> Path:
+    """Write `metrics/<stage>.json` (stage names with '@' become sub-paths: evaluate@rl -> metrics/evaluate/rl.json)."""
+    rel = stage.replace("@", "/") + ".json"
+    path = Path(params.common.paths.metrics) / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def run_stage(main: Callable[[Params], None], argv: list[str] | None = None) -> None:
+    """Validate params (exit 2 with a one-line message if invalid), seed, then run `main(params)`."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        params = load_params(argv[0] if argv else None)
+    except ParamsError as err:
+        print(f"error: invalid params: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if params.common.num_threads:
+        import torch
+
+        torch.set_num_threads(params.common.num_threads)
+    seed_everything(params.common.seed)
+    main(params)

@@ -1,0 +1,184 @@
+"""The one module that talks to MLflow.
+
+A stage opens one run with :func:`stage_run`; it becomes a child of the pipeline's parent run when the orchestrator
+passes the parent's id in ``DSMATH_PARENT_RUN_ID``. Step metrics are buffered and sent with ``log_batch`` (one
+``log_metric`` call costs ~4 ms on a SQLite store). Default store: a SQLite file plus a local artifact folder, both
+from ``params.common.tracking``; ``MLFLOW_TRACKING_URI`` in the environment overrides the URI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+PARENT_ENV = "DSMATH_PARENT_RUN_ID"
+RUN_ID_ENV = "DSMATH_RUN_ID"  # set while a stage run is open, so subprocesses (accelerate workers) can find it
+_BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
+
+
+def _mlflow():
+    import mlflow  # imported lazily: ~1 s, and unit tests of pure code should not pay it
+
+    return mlflow
+
+
+def tracking_uri(tracking) -> str:
+    """`MLFLOW_TRACKING_URI` if set, else the params' URI (a relative sqlite path is taken from the cwd)."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or tracking.uri
+
+
+def setup(tracking) -> str:
+    """Point MLflow at the store and make sure the experiment exists; returns the experiment id."""
+    mlflow = _mlflow()
+    mlflow.set_tracking_uri(tracking_uri(tracking))
+    exp = mlflow.get_experiment_by_name(tracking.experiment)
+    if exp is not None:
+        return exp.experiment_id
+    location = None
+    if not os.environ.get("MLFLOW_TRACKING_URI"):  # embedded default: artefacts next to the SQLite file
+        location = Path(tracking.artifacts).resolve().as_uri()
+    try:
+        return mlflow.create_experiment(tracking.experiment, artifact_location=location)
+    except Exception:  # created concurrently by another process
+        return mlflow.get_experiment_by_name(tracking.experiment).experiment_id
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists are kept as their JSON text."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = json.dumps(v) if isinstance(v, list | tuple) else v
+    return out
+
+
+def git_tags(cwd: str | os.PathLike = ".") -> dict[str, str]:
+    """Git commit and dirty flag of the working tree ('unknown' outside a repository)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD") or "unknown"
+        dirty = "true" if git("status", "--porcelain", "--untracked-files=no") else "false"
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "unknown", "unknown"
+    return {"git.commit": commit, "git.dirty": dirty}
+
+
+def dvc_dep_tags(stage: str, lock_path: str | os.PathLike = "dvc.lock") -> dict[str, str]:
+    """The dependency hashes DVC recorded for `stage` in dvc.lock (from the previous run of it, if any)."""
+    import yaml
+
+    try:
+        lock = yaml.safe_load(Path(lock_path).read_text()) or {}
+    except FileNotFoundError:
+        return {}
+    entry = lock.get("stages", {}).get(stage, {})
+    return {f"dvc.dep.{d['path']}": str(d.get("md5", d.get("hash", ""))) for d in entry.get("deps", [])}
+
+
+class StageRun:
+    """An open MLflow run with buffered metric logging."""
+
+    def __init__(self, run_id: str):
+        from mlflow.tracking import MlflowClient
+
+        self.run_id = run_id
+        self.client = MlflowClient()
+        self._buffer: list = []
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
+        """Buffer one step's metrics; they are sent in batches (on flush, when the buffer is full, at close)."""
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        self._buffer += [Metric(k, float(v), ts, int(step)) for k, v in metrics.items() if v is not None]
+        if len(self._buffer) >= _BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        for i in range(0, len(self._buffer), _BATCH):
+            self.client.log_batch(self.run_id, metrics=self._buffer[i : i + _BATCH], synchronous=True)
+        self._buffer = []
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:6000]) for k, v in flatten(params).items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[i : i + 100], synchronous=True)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()], synchronous=True)
+
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def log_figure(self, figure, name: str) -> None:
+        self.client.log_figure(self.run_id, figure, name)
+
+    def log_dict(self, data: Any, name: str) -> None:
+        self.client.log_dict(self.run_id, data, name)
+
+    def log_table(self, rows: list[dict], name: str) -> None:
+        """A list of row dicts as an MLflow table (shown in the UI's artefact view and the evaluation tab)."""
+        if rows:
+            columns = {k: [r.get(k) for r in rows] for k in rows[0]}
+            self.client.log_table(self.run_id, data=columns, artifact_file=name)
+
+    def log_model(self, model_dir: str | os.PathLike, name: str = "model", registered_name: str | None = None) -> str:
+        """Log a `save_pretrained` folder (model + tokenizer) with the transformers flavour; returns the model URI."""
+        mlflow = _mlflow()
+        import transformers
+
+        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+        info = mlflow.transformers.log_model(
+            {"model": model, "tokenizer": tokenizer},
+            name=name,
+            task="text-generation",
+            registered_model_name=registered_name,
+            pip_requirements=[f"torch=={_version('torch')}", f"transformers=={transformers.__version__}"],
+        )
+        return info.model_uri
+
+
+def _version(pkg: str) -> str:
+    from importlib.metadata import version
+
+    return version(pkg).split("+")[0]
+
+
+@contextlib.contextmanager
+def stage_run(stage: str, params, sections: Mapping[str, Any] | None = None) -> Iterator[StageRun]:
+    """Open the MLflow run of one stage, as a child of $DSMATH_PARENT_RUN_ID when it is set.
+
+    Tags: git commit and dirty flag, the DVC stage name and its dependency hashes from dvc.lock. `sections` are the
+    params this stage reads (logged flattened as run params).
+    """
+    mlflow = _mlflow()
+    exp_id = setup(params.common.tracking)
+    parent = os.environ.get(PARENT_ENV) or None
+    tags = {"dsmath.stage": stage, **git_tags(), **dvc_dep_tags(stage.split("@")[0])}
+    with mlflow.start_run(experiment_id=exp_id, run_name=stage, parent_run_id=parent, tags=tags) as active:
+        run = StageRun(active.info.run_id)
+        os.environ[RUN_ID_ENV] = run.run_id
+        if sections:
+            run.log_params(sections)
+        try:
+            yield run
+        finally:
+            run.flush()
+            os.environ.pop(RUN_ID_ENV, None)

@@ -1,0 +1,78 @@
+"""Params validation: typed, frozen, unknown keys refused, messages name the key path and the allowed range."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dsmath.config import ParamsError, load_params, parse_params
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("profile", ["params.yaml", "configs/smoke.yaml"])
+def test_shipped_profiles_are_valid(profile):
+    params = load_params(ROOT / profile)
+    assert params.common.seed >= 0
+
+
+def test_profiles_set_every_key_explicitly():
+    """smoke.yaml is a complete alternative params file: the same key tree as params.yaml."""
+
+    def keys(d, prefix=""):
+        out = set()
+        for k, v in d.items():
+            out.add(prefix + k)
+            if isinstance(v, dict):
+                out |= keys(v, prefix + k + ".")
+        return out
+
+    main = keys(yaml.safe_load((ROOT / "params.yaml").read_text()))
+    smoke = keys(yaml.safe_load((ROOT / "configs/smoke.yaml").read_text()))
+    assert main == smoke, f"only in params.yaml: {main - smoke}; only in smoke.yaml: {smoke - main}"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"corpus": {"decontamination": {"ngram": 2}}}, "corpus.decontamination.ngram: must be >= 3 (got 2)"),
+        ({"common": {"seed": "x"}}, "common.seed: Input should be a valid integer (got 'x')"),
+        ({"common": {"seeed": 1}}, "common.seeed: unknown key"),
+        ({"data": {"synthetic": {"n_train": 0}}}, "data.synthetic.n_train: must be >= 1 (got 0)"),
+        ({"corpus": {"decontamination": {"short_max": 12}}}, "corpus.decontamination.short_max: must be < ngram=10"),
+        ({"common": {"device": "tpu"}}, "common.device: must be one of 'auto', 'cpu', 'cuda' or 'mps' (got 'tpu')"),
+        ({"corpus": {"classifier": {"holdout_frac": 1.5}}}, "corpus.classifier.holdout_frac: must be < 1.0 (got 1.5)"),
+    ],
+)
+def test_bad_params_name_the_key(raw, message):
+    with pytest.raises(ParamsError) as err:
+        parse_params(raw)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_params_are_frozen():
+    params = parse_params({})
+    with pytest.raises(Exception):
+        params.common.seed = 3
+
+
+def test_int_accepted_for_float_but_not_str_for_int():
+    assert parse_params({"corpus": {"classifier": {"lr": 1}}}).corpus.classifier.lr == 1.0
+    with pytest.raises(ParamsError):
+        parse_params({"corpus": {"code_max_files": "10"}})
+
+
+def test_stage_with_bad_params_exits_2_and_writes_nothing(tmp_path):
+    bad = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    bad["corpus"]["decontamination"]["ngram"] = 1
+    bad["common"]["paths"] = {k: str(tmp_path / k) for k in bad["common"]["paths"]}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(bad))
+    proc = subprocess.run([sys.executable, "-m", "stages.corpus", str(tmp_path / "params.yaml")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: invalid params: corpus.decontamination.ngram: must be >= 3 (got 1)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
