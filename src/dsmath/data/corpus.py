@@ -72,11 +72,12 @@ def docstring_pool(sources: list[tuple[str, str]], min_chars: int = 80) -> list[
     return pool
 
 
-def nonmath_seed_texts() -> list[str]:
-    """Non-math seed text: the Python language reference topics shipped in `pydoc_data` (English prose)."""
+def nonmath_seed_texts(min_chars: int = 80) -> list[str]:
+    """Non-math seed text: paragraphs of the Python language reference shipped in `pydoc_data` (English prose)."""
     from pydoc_data.topics import topics
 
-    return [t for _, t in sorted(topics.items()) if len(t) >= 200]
+    paragraphs = (p.strip() for _, t in sorted(topics.items()) for p in re.split(r"\n\s*\n", t))
+    return [p for p in paragraphs if len(p) >= min_chars]
 
 
 def gsm8k_documents(records: list[dict]) -> list[dict]:
@@ -108,7 +109,7 @@ class ClassifierReport:
 def train_math_classifier(math_docs: list[dict], nonmath: list[str], cfg, seed: int) -> ClassifierReport:
     """Train on seed math (label 1) vs non-math (label 0); precision/recall on a random held-out part."""
     rng = np.random.default_rng(seed)
-    k = min(len(math_docs), 4 * len(nonmath))  # keep the classes within 4:1
+    k = min(len(math_docs), len(nonmath))  # balanced classes
     pos = [math_docs[i]["text"] for i in rng.choice(len(math_docs), size=k, replace=False)] if k else []
     texts, labels = pos + nonmath, [1] * len(pos) + [0] * len(nonmath)
     tr, ho = clf.split_holdout(len(texts), cfg.holdout_frac, rng)

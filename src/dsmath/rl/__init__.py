@@ -1,0 +1,1 @@
+"""Reinforcement learning: advantages, policy losses, rollouts and the GRPO/PPO/RFT trainers."""

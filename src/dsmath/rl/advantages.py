@@ -1,0 +1,67 @@
+"""Advantage estimators of DeepSeekMath's GRPO (sec. 4.1.2 outcome, 4.1.3 process), chosen by name.
+
+All functions are tensor in / tensor out. Groups are laid out consecutively: rows ``g*G .. g*G+G-1`` of a ``(B*G, ...)``
+tensor are the G sampled outputs of question g.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """Outcome supervision: ``A_i = (r_i - mean(r)) / (std(r) + eps)`` within each group (DeepSeekMath eq. in 4.1.2).
+
+    rewards: (B*G,) one scalar reward per output. Returns (B*G,). ``std`` is the sample std (Bessel-corrected, as
+    ``torch.std`` and the paper's reference code); ``scale=False`` gives Dr. GRPO's unscaled ``r_i - mean(r)``.
+    A group whose rewards are all equal gets advantage 0 (not NaN): it carries no learning signal.
+    """
+    if rewards.dim() != 1 or rewards.numel() % group_size:
+        raise ValueError(f"rewards: expected shape (B*G,) with G={group_size}, got {tuple(rewards.shape)}")
+    r = rewards.view(-1, group_size).to(torch.float32)
+    centred = r - r.mean(dim=1, keepdim=True)
+    if scale:
+        centred = centred / (r.std(dim=1, keepdim=True) + eps)
+    return centred.reshape(-1)
+
+
+def process_advantages(step_rewards: torch.Tensor, step_ends: torch.Tensor, step_mask: torch.Tensor,
+                       group_size: int, seq_len: int, eps: float = 1e-6) -> torch.Tensor:
+    """Process supervision (sec. 4.1.3): normalise every step reward over all steps of the group's G outputs, then
+    give token t of output i the sum of the normalised rewards of the steps of output i that end at or after t.
+
+    step_rewards: (B*G, S) reward of each reasoning step (padded); step_ends: (B*G, S) long, index of the last
+    token of each step (0 <= end < seq_len); step_mask: (B*G, S) bool, which steps exist. Returns (B*G, seq_len).
+    A group whose step rewards are all equal gets 0 everywhere; tokens after the last step get 0.
+    """
+    n, s = step_rewards.shape
+    r = step_rewards.to(torch.float32).view(-1, group_size * s)
+    m = step_mask.view(-1, group_size * s).to(torch.float32)
+    count = m.sum(dim=1, keepdim=True).clamp(min=1)
+    mean = (r * m).sum(dim=1, keepdim=True) / count
+    var = ((r - mean) ** 2 * m).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)
+    norm = ((r - mean) / (var.sqrt() + eps) * m).view(n, s)
+    # scatter each step's normalised reward at its end token, then a reversed cumulative sum over time
+    at_end = torch.zeros(n, seq_len, dtype=torch.float32, device=step_rewards.device)
+    at_end.scatter_add_(1, step_ends.clamp(0, seq_len - 1).long(), norm)
+    return at_end.flip(1).cumsum(1).flip(1)
+
+
+def outcome_token_advantages(rewards: torch.Tensor, group_size: int, seq_len: int, scale: bool = True,
+                             eps: float = 1e-6) -> torch.Tensor:
+    """(B*G,) rewards -> (B*G, seq_len): the output's group advantage repeated on every token."""
+    return group_advantages(rewards, group_size, scale, eps)[:, None].expand(-1, seq_len)
+
+
+ADVANTAGES: dict[str, Callable[..., torch.Tensor]] = {
+    "outcome": outcome_token_advantages,
+    "process": process_advantages,
+}
+
+
+def get_advantage_fn(name: str) -> Callable[..., torch.Tensor]:
+    if name not in ADVANTAGES:
+        raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(ADVANTAGES)}")
+    return ADVANTAGES[name]

@@ -1,0 +1,120 @@
+"""GRPO / PPO policy loss (DeepSeekMath eq. 3), KL estimators and loss aggregation, chosen by name.
+
+Per token:  ratio = pi_theta / pi_old  (old = the snapshot that sampled the batch, NOT the reference),
+            surrogate = min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A),
+            loss_t = -(surrogate - beta * KL_t(pi_theta || pi_ref)),
+and the per-token losses are aggregated over the completion mask by the named rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+# ----------------------------------------------------------------------------------------------------------------
+# KL estimators of KL(pi_theta || pi_ref) from samples o_t ~ pi_theta (Schulman, "Approximating KL divergence")
+
+
+def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k1 = log(pi_theta / pi_ref): unbiased, high variance, can be negative."""
+    return logprobs - ref_logprobs
+
+
+def kl_k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k2 = 0.5 * log(pi_theta / pi_ref)^2: biased, low variance, >= 0."""
+    return 0.5 * (logprobs - ref_logprobs) ** 2
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k3 = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1 (DeepSeekMath eq. 4): unbiased and >= 0, 0 when equal."""
+    log_ratio = (ref_logprobs - logprobs).clamp(-20.0, 20.0)  # guards exp() against overflow on outlier tokens
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
+
+# ----------------------------------------------------------------------------------------------------------------
+# aggregation of per-token values (N, T) under a mask (N, T) into one scalar
+
+
+def seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """DeepSeekMath / GRPO: mean over each output's tokens, then mean over outputs (1/G sum_i 1/|o_i| sum_t)."""
+    m = mask.to(values.dtype)
+    per_seq = (values * m).sum(-1) / m.sum(-1).clamp(min=1)
+    has_tokens = (m.sum(-1) > 0).to(values.dtype)
+    return (per_seq * has_tokens).sum() / has_tokens.sum().clamp(min=1)
+
+
+def token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """DAPO: mean over all completion tokens of the batch (long outputs weigh in proportion to their length)."""
+    m = mask.to(values.dtype)
+    return (values * m).sum() / m.sum().clamp(min=1)
+
+
+def seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Dr. GRPO: sum over tokens divided by a constant (the padded length T), then mean over outputs."""
+    m = mask.to(values.dtype)
+    return ((values * m).sum(-1) / values.shape[-1]).mean()
+
+
+AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "seq-mean-token-mean": seq_mean_token_mean,
+    "token-mean": token_mean,
+    "seq-mean-token-sum-norm": seq_mean_token_sum_norm,
+}
+
+
+def _pick(table: dict, kind: str, name: str):
+    if name not in table:
+        raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(table)}")
+    return table[name]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+                clip_eps: float, ref_logprobs: torch.Tensor | None = None, beta: float = 0.0, kl: str = "k3",
+                aggregation: str = "seq-mean-token-mean", clip_eps_high: float | None = None):
+    """Clipped surrogate with an in-loss KL penalty (DeepSeekMath eq. 3); returns (loss, stats).
+
+    logprobs, old_logprobs, ref_logprobs: (N, T) log-probs of the sampled tokens under the current, old and reference
+    policies (N = B*G outputs); advantages: (N, T), or (N,) broadcast over tokens; mask: (N, T) 1 on completion
+    tokens. ``clip_eps_high`` (DAPO's clip-higher) defaults to ``clip_eps``.
+    stats: kl (aggregated like the loss; 0 without a reference), clip_frac_low / clip_frac_high (fraction of tokens
+    where the clipped branch is active with A < 0 / A > 0), clip_frac, ratio_mean/min/max over masked tokens.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages[:, None].expand_as(logprobs)
+    agg = _pick(AGGREGATIONS, "aggregation", aggregation)
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    ratio = torch.exp(logprobs - old_logprobs)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + high) * advantages
+    per_token = -torch.minimum(unclipped, clipped)
+    kl_tokens = torch.zeros_like(per_token)
+    if ref_logprobs is not None and beta != 0.0:
+        kl_tokens = _pick(KL_ESTIMATORS, "kl estimator", kl)(logprobs, ref_logprobs)
+        per_token = per_token + beta * kl_tokens
+    elif ref_logprobs is not None:
+        kl_tokens = _pick(KL_ESTIMATORS, "kl estimator", kl)(logprobs, ref_logprobs).detach()
+    loss = agg(per_token, mask)
+    return loss, _stats(ratio.detach(), advantages, mask, clip_eps, high, agg(kl_tokens.detach(), mask))
+
+
+def _stats(ratio, advantages, mask, low, high, kl) -> dict[str, float]:
+    m = mask.bool()
+    n = m.sum().clamp(min=1)
+    clip_low = ((ratio < 1.0 - low) & (advantages < 0) & m).sum() / n
+    clip_high = ((ratio > 1.0 + high) & (advantages > 0) & m).sum() / n
+    r = ratio[m] if m.any() else torch.ones(1)
+    return {
+        "kl": float(kl),
+        "clip_frac_low": float(clip_low),
+        "clip_frac_high": float(clip_high),
+        "clip_frac": float(clip_low + clip_high),
+        "ratio_mean": float(r.mean()),
+        "ratio_min": float(r.min()),
+        "ratio_max": float(r.max()),
+    }

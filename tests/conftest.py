@@ -1,0 +1,44 @@
+"""Shared fixtures: the smoke profile redirected into a temporary directory (outputs, metrics, MLflow store)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+
+
+def smoke_params(tmp: Path, **overrides) -> dict:
+    """configs/smoke.yaml with every output path and the MLflow store under `tmp` (inputs stay in the repo)."""
+    raw = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    paths = raw["common"]["paths"]
+    for key in paths:
+        paths[key] = str(ROOT / paths[key]) if key in ("raw", "extra_math") else str(tmp / paths[key])
+    raw["common"]["tracking"] = {"experiment": "dsmath-test", "uri": f"sqlite:///{tmp}/mlflow.db",
+                                 "artifacts": str(tmp / "mlartifacts")}
+    for dotted, value in overrides.items():
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return raw
+
+
+def write_params(tmp: Path, raw: dict) -> Path:
+    path = tmp / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def smoke(tmp_path, monkeypatch):
+    """(params file path, tmp dir) of the smoke profile writing into tmp; MLflow env cleared."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DSMATH_PARENT_RUN_ID", raising=False)
+    return write_params(tmp_path, smoke_params(tmp_path)), tmp_path
