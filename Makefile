@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml requirements.lock
 	touch $(STAMP)
 
 repro: setup
-	$(BIN)/dvc repro
+	$(BIN)/python -m dsmath.pipeline
 
 test: setup
 	$(BIN)/pytest -q

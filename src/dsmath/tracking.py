@@ -172,7 +172,9 @@ def stage_run(stage: str, params, sections: Mapping[str, Any] | None = None) -> 
     exp_id = setup(params.common.tracking)
     parent = os.environ.get(PARENT_ENV) or None
     tags = {"dsmath.stage": stage, **git_tags(), **dvc_dep_tags(stage.split("@")[0])}
-    with mlflow.start_run(experiment_id=exp_id, run_name=stage, parent_run_id=parent, tags=tags) as active:
+    nested = mlflow.active_run() is not None  # the parent is open in this very process (flow tests, notebooks)
+    with mlflow.start_run(experiment_id=exp_id, run_name=stage, parent_run_id=parent, tags=tags,
+                          nested=nested) as active:
         run = StageRun(active.info.run_id)
         os.environ[RUN_ID_ENV] = run.run_id
         if sections:

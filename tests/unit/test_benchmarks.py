@@ -9,7 +9,9 @@ from dsmath.data.benchmarks import as_dataset, gsm8k_final_answer, load_benchmar
 RAW = Path(__file__).resolve().parents[2] / "data" / "raw"
 
 
-@pytest.mark.parametrize(("name", "n"), [("gsm8k_train", 7473), ("gsm8k_test", 1319), ("math500", 500), ("svamp", 1000)])
+@pytest.mark.parametrize(
+    ("name", "n"), [("gsm8k_train", 7473), ("gsm8k_test", 1319), ("math500", 500), ("svamp", 1000)]
+)
 def test_counts_and_schema(name, n):
     rows = load_benchmark(name, RAW)
     assert len(rows) == n

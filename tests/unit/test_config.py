@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from dsmath.config import ParamsError, load_params, parse_params
 
@@ -55,7 +56,7 @@ def test_bad_params_name_the_key(raw, message):
 
 def test_params_are_frozen():
     params = parse_params({})
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         params.common.seed = 3
 
 

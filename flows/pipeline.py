@@ -1,0 +1,102 @@
+"""Prefect flow: runs the DVC pipeline one task per stage, in the order of the DVC graph, inside one MLflow parent run.
+
+Orchestration only: the stage order comes from `dvc.yaml` (through `dsmath.pipeline.stage_graph`), each task is
+`dvc repro -s <stage>`, and training logic lives in the stages. Run it:
+
+    .venv/bin/python -m flows.pipeline            # once, ephemeral Prefect (no server needed)
+    .venv/bin/python -m flows.pipeline --serve    # a deployment with a cron schedule, visible in `prefect server start`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+
+from dsmath import pipeline, tracking
+from dsmath.config import load_params
+
+TRANSIENT_MARKERS = ("is busy", "Unable to acquire lock", "database is locked")
+
+
+class StageFailed(RuntimeError):
+    """A stage exited non-zero; the message names the stage and carries the tail of its output."""
+
+
+class TransientStageError(StageFailed):
+    """A failure worth retrying (another DVC command holds the lock, a busy database)."""
+
+
+def _retry_only_transient(task, task_run, state) -> bool:
+    return isinstance(state.result(raise_on_failure=False), TransientStageError)
+
+
+@task(retries=2, retry_delay_seconds=5, retry_condition_fn=_retry_only_transient, task_run_name="{stage}")
+def run_stage(stage: str, metrics_dir: str) -> dict:
+    """`dvc repro -s <stage>` with its output streamed into the Prefect log; publishes the stage's metrics."""
+    log = get_run_logger()
+    code, lines = pipeline.repro_stage(stage, on_line=log.info)
+    if code != 0:
+        tail = "\n".join(lines[-15:])
+        kind = TransientStageError if any(m in tail for m in TRANSIENT_MARKERS) else StageFailed
+        raise kind(f"stage {stage!r} failed (exit {code}):\n{tail}")
+    metrics = _read_metrics(Path(metrics_dir) / (stage.replace("@", "/") + ".json"))
+    if metrics:
+        rows = [{"metric": k, "value": v} for k, v in sorted(metrics.items()) if not isinstance(v, dict | list)]
+        create_table_artifact(rows, key=_key(stage, "metrics"), description=f"metrics of stage {stage}")
+    return metrics
+
+
+@task
+def publish_links(parent_id: str, tracking_uri: str) -> None:
+    """A link artifact per stage to its MLflow run (works with `mlflow ui` / a tracking server)."""
+    base = tracking_uri if tracking_uri.startswith("http") else "http://127.0.0.1:5000"
+    lines = ["| stage | MLflow run |", "|---|---|"]
+    for stage, run in pipeline.child_runs(parent_id).items():
+        url = f"{base}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+        create_link_artifact(url, link_text=f"MLflow run of {stage}", key=_key(stage, "mlflow"))
+        lines.append(f"| {stage} | [{run.info.run_id}]({url}) |")
+    create_markdown_artifact("\n".join(lines), key="dsmath-mlflow-runs", description="MLflow runs of this pipeline")
+
+
+def _key(stage: str, what: str) -> str:
+    """Prefect artifact keys allow lowercase letters, digits and dashes only."""
+    return f"{stage}-{what}".lower().replace("@", "-").replace("_", "-")
+
+
+def _read_metrics(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+@flow(name="dsmath-pipeline", log_prints=True)
+def dsmath_pipeline(stages: list[str] | None = None) -> dict[str, dict]:
+    """Every stage of dvc.yaml (or only `stages`), in the DVC graph's dependency order."""
+    params = load_params()
+    graph = pipeline.stage_graph()
+    order = [s for s in pipeline.stage_order(graph) if not stages or s in stages]
+    results: dict[str, dict] = {}
+    with pipeline.pipeline_run(params, run_name="prefect flow") as parent_id:
+        # one at a time: DVC holds a repository lock while it runs, so stages cannot overlap anyway; a failure
+        # raises here, naming the stage, and nothing downstream runs
+        for stage in order:
+            results[stage] = run_stage(stage, params.common.paths.metrics)
+        publish_links(parent_id, tracking.tracking_uri(params.common.tracking))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--serve", action="store_true", help="serve a deployment with a cron schedule")
+    parser.add_argument("--cron", default="0 3 * * *", help="schedule of the served deployment (default: 03:00)")
+    args = parser.parse_args()
+    if args.serve:
+        dsmath_pipeline.serve(name="dsmath-nightly", cron=args.cron, tags=["dsmath"])
+    else:
+        dsmath_pipeline()
+
+
+if __name__ == "__main__":
+    main()

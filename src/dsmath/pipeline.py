@@ -1,0 +1,97 @@
+"""Pipeline plumbing shared by `make repro` and the Prefect flow: the DVC stage graph, one stage run, the parent run.
+
+The DVC graph is the single source of the stage order (`dvc.repo.Repo(".").index.graph`); nothing here declares a
+dependency. `python -m dsmath.pipeline` is what `make repro` calls: it opens the MLflow parent run of this pipeline
+execution, passes its id to every stage through the environment, and runs `dvc repro`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from dsmath import tracking
+from dsmath.config import load_params
+
+
+def stage_graph(repo_root: str | os.PathLike = "."):
+    """The DVC stage graph as a networkx DiGraph of stage names; an edge a -> b means a depends on b."""
+    import networkx as nx
+    from dvc.repo import Repo
+
+    with Repo(str(repo_root)) as repo:
+        g = repo.index.graph
+        named = nx.DiGraph()
+        named.add_nodes_from(s.addressing for s in g.nodes)
+        named.add_edges_from((a.addressing, b.addressing) for a, b in g.edges)
+    return named
+
+
+def stage_order(graph) -> list[str]:
+    """Stages in dependency order (dependencies first), ties broken by name so the order is deterministic."""
+    import networkx as nx
+
+    return list(nx.lexicographical_topological_sort(graph.reverse(copy=True)))
+
+
+def upstream(graph, stage: str) -> list[str]:
+    """The stages `stage` depends on directly."""
+    return sorted(graph.successors(stage))
+
+
+def repro_stage(stage: str, on_line: Callable[[str], None] = print, cwd: str | os.PathLike = ".",
+                dvc: str | None = None) -> tuple[int, list[str]]:
+    """Run `dvc repro -s <stage>` (only this stage), streaming its output lines; returns (exit code, lines)."""
+    cmd = [dvc or str(Path(sys.executable).with_name("dvc")), "repro", "-s", stage]
+    lines: list[str] = []
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          bufsize=1) as proc:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            lines.append(line)
+            on_line(line)
+    return proc.returncode, lines
+
+
+@contextlib.contextmanager
+def pipeline_run(params, run_name: str = "pipeline", tags: dict | None = None) -> Iterator[str]:
+    """Open the parent MLflow run of one pipeline execution; stages started meanwhile become its children."""
+    mlflow = tracking._mlflow()
+    exp_id = tracking.setup(params.common.tracking)
+    all_tags = {"dsmath.kind": "pipeline", **tracking.git_tags(), **(tags or {})}
+    with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=all_tags) as run:
+        previous = os.environ.get(tracking.PARENT_ENV)
+        os.environ[tracking.PARENT_ENV] = run.info.run_id
+        try:
+            yield run.info.run_id
+        finally:
+            if previous is None:
+                os.environ.pop(tracking.PARENT_ENV, None)
+            else:
+                os.environ[tracking.PARENT_ENV] = previous
+
+
+def child_runs(parent_id: str) -> dict[str, object]:
+    """{stage name: MLflow run} of the children of a parent run (latest run per stage)."""
+    mlflow = tracking._mlflow()
+    runs = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                              filter_string=f"tags.mlflow.parentRunId = '{parent_id}'",
+                              order_by=["attributes.start_time ASC"])
+    return {r.data.tags.get("dsmath.stage", r.info.run_name): r for r in runs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`make repro`: `dvc repro [args]` inside a parent MLflow run."""
+    args = sys.argv[1:] if argv is None else argv
+    params = load_params()
+    dvc = str(Path(sys.executable).with_name("dvc"))
+    with pipeline_run(params, run_name="dvc repro"):
+        return subprocess.call([dvc, "repro", *args])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

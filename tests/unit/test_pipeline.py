@@ -1,0 +1,39 @@
+"""Pipeline plumbing: stage order from the graph, parent/child MLflow runs, batched metrics."""
+
+import networkx as nx
+
+from dsmath import pipeline, tracking
+from dsmath.config import parse_params
+
+
+def test_stage_order_dependencies_first_deterministic():
+    g = nx.DiGraph()  # a -> b: a depends on b
+    g.add_edges_from([("sft", "pretrain"), ("pretrain", "base"), ("base", "tokenizer"), ("tokenizer", "corpus"),
+                      ("base", "corpus"), ("evaluate@sft", "sft"), ("rl", "sft"), ("evaluate@rl", "rl"),
+                      ("report", "evaluate@sft"), ("report", "evaluate@rl")])
+    order = pipeline.stage_order(g)
+    assert order == ["corpus", "tokenizer", "base", "pretrain", "sft", "evaluate@sft", "rl", "evaluate@rl", "report"]
+    assert pipeline.upstream(g, "report") == ["evaluate@rl", "evaluate@sft"]
+
+
+def test_repo_graph_has_the_corpus_stage():
+    assert "corpus" in pipeline.stage_graph().nodes
+
+
+def test_parent_and_child_runs_with_batched_metrics(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    params = parse_params({"common": {"tracking": {"experiment": "t", "uri": f"sqlite:///{tmp_path}/m.db",
+                                                   "artifacts": str(tmp_path / "art")}}})
+    with pipeline.pipeline_run(params) as parent_id:
+        for stage in ("corpus", "sft"):
+            with tracking.stage_run(stage, params, {"x": {"y": 1}}) as run:
+                for step in range(1500):  # > one log_batch call
+                    run.log_metrics({f"{stage}/loss": 1.0 / (step + 1)}, step=step)
+    children = pipeline.child_runs(parent_id)
+    assert list(children) == ["corpus", "sft"]
+    assert children["sft"].data.params["x.y"] == "1"
+    history = tracking.StageRun(children["sft"].info.run_id).client.get_metric_history(
+        children["sft"].info.run_id, "sft/loss")
+    assert len(history) == 1500 and history[-1].step == 1499
+    assert tracking.PARENT_ENV not in __import__("os").environ
