@@ -1,0 +1,65 @@
+"""pass@k and maj@k against hand-computed values and the brute-force definitions."""
+
+from itertools import combinations
+
+import pytest
+
+from dsmath.evaluation.metrics import maj_at_k, majority_answer, mean_pass_at_k, pass_at_k
+
+
+@pytest.mark.parametrize(
+    ("k", "expected"),
+    # n=5, c=2: pass@k = 1 - C(3,k)/C(5,k): k=1: 1-3/5=0.4; k=2: 1-3/10=0.7; k=3: 1-1/10=0.9; k=4,5: 1 (C(3,4)=0)
+    [(1, 0.4), (2, 0.7), (3, 0.9), (4, 1.0), (5, 1.0)],
+)
+def test_pass_at_k_hand_computed(k, expected):
+    assert pass_at_k(5, 2, k) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("n", "c"), [(5, 0), (5, 5), (6, 1), (8, 3), (10, 7)])
+def test_pass_at_k_equals_brute_force(n, c):
+    samples = [True] * c + [False] * (n - c)
+    for k in range(1, n + 1):
+        subsets = list(combinations(range(n), k))
+        brute = sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
+        assert pass_at_k(n, c, k) == pytest.approx(brute)
+
+
+def test_pass_at_k_rejects_bad_arguments_and_averages():
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 1, 5)
+    assert mean_pass_at_k([[True, False], [False, False]], 1) == pytest.approx(0.25)
+
+
+def _eq(a: str, b: str) -> bool:
+    """A stand-in equivalence: numeric value equality of plain numbers/fractions."""
+    from fractions import Fraction
+
+    try:
+        return Fraction(a.replace(",", "")) == Fraction(b.replace(",", ""))
+    except ValueError:
+        return a == b
+
+
+def test_majority_equivalent_answers_vote_together():
+    # '0.5' and '1/2' are one class (2 votes) and beat '3' (1 vote)... even though '3' appears first
+    assert majority_answer(["3", "0.5", "1/2"], _eq) == "0.5"
+    assert maj_at_k(["3", "0.5", "1/2"], "1/2", 3, _eq)
+
+
+def test_majority_ties_break_by_first_appearance_and_none_does_not_vote():
+    assert majority_answer(["7", "8", "8", "7"], _eq) == "7"
+    assert majority_answer([None, None, "4"], _eq) == "4"
+    assert majority_answer([None, None], _eq) is None
+    assert not maj_at_k([None, None], "4", 2, _eq)
+
+
+def test_maj_at_k_uses_only_first_k():
+    answers = ["1", "2", "2", "1", "1"]
+    assert maj_at_k(answers, "1", 1, _eq)
+    assert not maj_at_k(answers, "1", 3, _eq)
+    assert maj_at_k(answers, "1", 5, _eq)
+    with pytest.raises(ValueError):
+        maj_at_k(answers, "1", 6, _eq)
