@@ -151,7 +151,7 @@ def build_corpus(synthetic_docs: list[dict], heldout_keys: set[str], raw_dir: st
     for name in cfg.extra_math_files:
         seed_math += read_text_docs(Path(extra_dir) / name, f"extra-{Path(name).stem}")
     report = train_math_classifier(seed_math, nonmath_seed_texts(), cfg.classifier, seed)
-    pool = docstring_pool(sources)
+    pool = docstring_pool(sorted(sources, key=lambda s: _stable_rank(s[0]))[: cfg.recall_pool_files])
     recalled = [d for d, keep in zip(pool, report.model.predict([d["text"] for d in pool]), strict=True) if keep]
     eval_sets = {b: load_benchmark(b, raw_dir) for b in cfg.decontamination.benchmarks}
     math, metrics = build_math_corpus(seed_math + recalled, eval_sets, heldout_keys, cfg)
