@@ -1,0 +1,153 @@
+"""The `rl` stage's work: load the SFT model, train it with the configured algorithm, checkpoint, report.
+
+Resumable: the whole trainer state (policy, reference, critic, optimisers, scheduler, sampling RNG, step, metric
+history) is saved every `rl.checkpoint_every` steps, atomically, with a fingerprint of the params and the SFT model;
+a rerun after kill -9 continues from it and ends with the same weights as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import resource
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from dsmath.data.io import read_jsonl
+from dsmath.model import load_dir, save_dir
+from dsmath.rl.scoring import Scorer
+from dsmath.rl.trainer import RLTrainer
+from dsmath.train.checkpoint import fingerprint
+
+CURVE = ("step", "rl/reward_mean", "rl/accuracy", "rl/kl", "rl/format_rate", "rl/response_len_mean",
+         "rl/val_greedy_acc")
+
+
+def sandbox_tool(sandbox_cfg):
+    """tool_fn for tool-integrated rollouts: run the programs in the sandbox; stdout, else the last error line."""
+    from dsmath.sandbox import run_python_batch
+
+    def run(codes: list[str]) -> list[str]:
+        results = run_python_batch(codes, sandbox_cfg.timeout_s, sandbox_cfg.memory_mb,
+                                   sandbox_cfg.max_output_bytes, sandbox_cfg.workers)
+        return [r.stdout if r.ok else (r.error.strip().splitlines() or ["error"])[-1] for r in results]
+
+    return run
+
+
+def rl_problems(params) -> tuple[list[dict], list[dict]]:
+    """(training prompts: synthetic train split at `rl.prompt_levels`, held-out val problems for the probe)."""
+    syn = Path(params.common.paths.synthetic)
+    levels = set(params.rl.prompt_levels)
+    train = [r for r in read_jsonl(syn / "train.jsonl") if not levels or r["level"] in levels]
+    return train, read_jsonl(syn / "val.jsonl")[: params.rl.eval_problems]
+
+
+def _save_checkpoint(trainer: RLTrainer, history: list[dict], path: Path, fp: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"trainer": trainer.state_dict(), "history": history, "fingerprint": fp}, tmp)
+    os.replace(tmp, path)  # atomic: a kill mid-write leaves the previous checkpoint intact
+
+
+def _load_checkpoint(path: Path, fp: str) -> dict | None:
+    if not path.exists():
+        return None
+    state = torch.load(path, weights_only=False)
+    return state if state.get("fingerprint") == fp else None
+
+
+def write_curve(history: list[dict], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[c.removeprefix("rl/") for c in CURVE])
+        w.writeheader()
+        for h in history:
+            w.writerow({c.removeprefix("rl/"): h.get(c, "") for c in CURVE})
+
+
+def plot_curves(history: list[dict]):
+    """Reward, accuracy and KL against step (matplotlib figure)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
+    for ax, key in zip(axes, ("rl/reward_mean", "rl/accuracy", "rl/kl"), strict=True):
+        pts = [(h["step"], h[key]) for h in history if key in h]
+        if pts:
+            ax.plot(*zip(*pts, strict=True))
+        ax.set_title(key)
+        ax.set_xlabel("step")
+    val = [(h["step"], h["rl/val_greedy_acc"]) for h in history if "rl/val_greedy_acc" in h]
+    if val:
+        axes[1].plot(*zip(*val, strict=True), marker="o", label="val greedy")
+        axes[1].legend()
+    fig.tight_layout()
+    return fig
+
+
+def train_rl(params, run) -> dict:
+    """Run the RL stage end to end; returns the metrics written to metrics/rl.json."""
+    cfg, paths = params.rl, params.common.paths
+    sft_dir = Path(paths.models) / "sft"
+    policy, tok = load_dir(sft_dir)
+    train, val = rl_problems(params)
+    scorer = Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox)
+    tool_fn = sandbox_tool(params.sandbox) if cfg.mode == "tool" else None
+    trainer = RLTrainer(cfg, policy, tok, train, scorer, params.common.seed, tool_fn)
+    fp = fingerprint({"rl": cfg.model_dump(), "rewards": params.rewards.model_dump(), "seed": params.common.seed},
+                     [sft_dir])
+    ckpt = Path(paths.checkpoints) / "rl" / "state.pt"
+    state = _load_checkpoint(ckpt, fp)
+    history: list[dict] = []
+    if state is not None:
+        trainer.load_state_dict(state["trainer"])
+        history = state["history"]
+        for h in history:  # a resumed run carries the whole curve
+            run.log_metrics({k: v for k, v in h.items() if k != "step"}, step=h["step"])
+    else:
+        history.append({"step": 0, "rl/val_greedy_acc": trainer.greedy_accuracy(val)})
+        run.log_metrics({"rl/val_greedy_acc": history[0]["rl/val_greedy_acc"]}, step=0)
+    t0 = time.perf_counter()
+    for step in tqdm(range(trainer.step_count, cfg.steps), desc=f"rl {cfg.algorithm}", initial=trainer.step_count,
+                     total=cfg.steps):
+        m = {"step": step + 1, **trainer.step()}
+        if cfg.eval_every and (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            m["rl/val_greedy_acc"] = trainer.greedy_accuracy(val)
+        history.append(m)
+        run.log_metrics({k: v for k, v in m.items() if k != "step"}, step=step + 1)
+        if (step + 1) % cfg.samples_every == 0:
+            run.log_table(trainer.last_samples, f"samples/step_{step + 1:05d}.json")
+        if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+            _save_checkpoint(trainer, history, ckpt, fp)
+    wall = time.perf_counter() - t0
+    out_dir = save_dir(trainer.policy, tok, Path(paths.models) / "rl")
+    write_curve(history, Path(paths.plots) / "rl.csv")
+    run.log_figure(plot_curves(history), "plots/rl_curves.png")
+    ckpt.unlink(missing_ok=True)  # the finished model is the output; a rerun with the same params is DVC's no-op
+    return summarise(history, trainer, wall) | {"model_dir": str(out_dir)}
+
+
+def summarise(history: list[dict], trainer: RLTrainer, wall_s: float) -> dict:
+    steps = [h for h in history if "rl/reward_mean" in h]
+    val = [h["rl/val_greedy_acc"] for h in history if "rl/val_greedy_acc" in h]
+    last = steps[-10:] or [{}]
+    mean = lambda k: sum(h.get(k, 0.0) for h in last) / len(last)  # noqa: E731
+    return {
+        "algorithm": trainer.cfg.algorithm,
+        "steps": len(steps),
+        "val_greedy_acc_start": val[0] if val else None,
+        "val_greedy_acc_end": val[-1] if val else None,
+        "reward_mean_last10": mean("rl/reward_mean"),
+        "accuracy_last10": mean("rl/accuracy"),
+        "kl_last10": mean("rl/kl"),
+        "skipped_steps": trainer.skipped,
+        "wall_s": wall_s,
+        "s_per_step": wall_s / max(len(steps), 1),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }

@@ -1,0 +1,121 @@
+"""The RL engine on a tiny random model: every algorithm steps, parameters move, degenerate batches are safe,
+checkpoint/resume reproduces an uninterrupted run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from dsmath.config import Rl
+from dsmath.rl.scoring import Scores
+from dsmath.rl.trainer import RLTrainer
+from dsmath.tokenizer import train_tokenizer
+
+TEXTS = [f"What is {a} + {b}? {a} + {b} = {a + b}. The answer is \\boxed{{{a + b}}}." for a in range(30)
+         for b in range(5)]
+PROBLEMS = [{"question": f"What is {a} + 3?", "answer": str(a + 3)} for a in range(40)]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(TEXTS, vocab_size=300)
+
+
+def tiny_model(tok, seed=0):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=256,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    return LlamaForCausalLM(cfg).float()
+
+
+class LengthScorer:
+    """Reward 1 when the completion has an even number of characters: random models give mixed groups."""
+
+    def __init__(self, constant: float | None = None):
+        self.constant = constant
+
+    def __call__(self, texts, golds):
+        r = [self.constant if self.constant is not None else float(len(t) % 2 == 0) for t in texts]
+        t = torch.tensor(r)
+        return Scores(texts, t, t.clone(), torch.ones_like(t))
+
+
+def cfg(**kw):
+    base = dict(steps=2, prompts_per_step=2, group_size=4, max_new_tokens=8, lr=1e-2, warmup_steps=0,
+                beta=0.04, eval_every=0)
+    return Rl(**(base | kw))
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo", "online_rft", "rft"])
+def test_each_algorithm_steps_and_moves_parameters(tok, algorithm):
+    model = tiny_model(tok)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = RLTrainer(cfg(algorithm=algorithm, drop_equal_groups=False), model, tok, PROBLEMS, LengthScorer(),
+                        seed=1)
+    metrics = trainer.step()
+    for key in ("rl/reward_mean", "rl/accuracy", "rl/kl", "rl/entropy", "rl/response_len_mean", "rl/lr",
+                "rl/rollout_tokens_per_s", "rl/zero_std_groups", "rl/time_train_s"):
+        assert key in metrics and torch.isfinite(torch.tensor(metrics[key])), key
+    moved = [n for n, p in model.named_parameters() if not torch.equal(p, before[n])]
+    if algorithm in ("online_rft", "rft") and metrics["rl/accuracy"] == 0:
+        assert moved == []
+    else:
+        assert moved, "no parameter moved"
+        assert "rl/clip_frac" in metrics and "rl/ratio_mean" in metrics
+    if algorithm == "ppo":
+        assert "rl/value_loss" in metrics
+
+
+def test_all_equal_groups_skip_the_update_without_nan(tok):
+    model = tiny_model(tok)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = RLTrainer(cfg(), model, tok, PROBLEMS, LengthScorer(constant=1.0), seed=1)
+    metrics = trainer.step()
+    assert metrics["rl/zero_std_groups"] == 1.0 and metrics["rl/trained_rows"] == 0
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+    assert all(v == v for v in metrics.values())  # no NaN
+
+
+def test_nan_loss_is_skipped_and_counted(tok):
+    model = tiny_model(tok)
+    trainer = RLTrainer(cfg(), model, tok, PROBLEMS, LengthScorer(), seed=1)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    stats = trainer._optimise(torch.tensor(float("nan"), requires_grad=True))
+    assert stats["grad_norm"] != stats["grad_norm"]  # NaN reported
+    assert trainer.skipped == 1
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_prompt_stream_is_deterministic_and_covers_an_epoch(tok):
+    t = RLTrainer(cfg(prompts_per_step=8), tiny_model(tok), tok, PROBLEMS, LengthScorer(), seed=3)
+    seen = [p["question"] for s in range(5) for p in t.prompt_batch(s)]
+    assert sorted(seen) == sorted(p["question"] for p in PROBLEMS)  # 5 x 8 = one epoch of 40
+    assert t.prompt_batch(2) == RLTrainer(cfg(prompts_per_step=8), tiny_model(tok), tok, PROBLEMS, LengthScorer(),
+                                          seed=3).prompt_batch(2)
+
+
+def test_resume_equals_uninterrupted(tok):
+    straight = RLTrainer(cfg(), tiny_model(tok), tok, PROBLEMS, LengthScorer(), seed=5)
+    straight.step()
+    straight.step()
+
+    first = RLTrainer(cfg(), tiny_model(tok), tok, PROBLEMS, LengthScorer(), seed=5)
+    first.step()
+    state = first.state_dict()
+    resumed = RLTrainer(cfg(), tiny_model(tok, seed=99), tok, PROBLEMS, LengthScorer(), seed=5)
+    resumed.load_state_dict(state)
+    resumed.step()
+    for (n, a), (_, b) in zip(straight.policy.named_parameters(), resumed.policy.named_parameters(), strict=True):
+        torch.testing.assert_close(a, b, msg=n)
+
+
+def test_iterative_grpo_resets_the_reference(tok):
+    t = RLTrainer(cfg(ref_reset_every=1, drop_equal_groups=False), tiny_model(tok), tok, PROBLEMS, LengthScorer(),
+                  seed=1)
+    t.step()
+    after_first = {n: p.detach().clone() for n, p in t.policy.named_parameters()}
+    assert not all(torch.equal(p, t.ref.get_parameter(n)) for n, p in after_first.items())
+    t.step()  # step 2 starts by copying the policy into the reference, then updates the policy again
+    assert all(torch.equal(p, t.ref.get_parameter(n)) for n, p in after_first.items())
