@@ -195,7 +195,7 @@ class RLTrainer:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.max_grad_norm)
         self.critic_opt.step()
-        return {"value_loss": float(loss)}
+        return {"value_loss": float(loss.detach())}
 
     # ---------------------------------------------------------------- metrics, evaluation, checkpoints
 
