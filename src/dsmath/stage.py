@@ -48,11 +48,20 @@ def write_metrics(params: Params, stage: str, metrics: dict[str, Any]) -> Path:
     return path
 
 
-def run_stage(main: Callable[[Params], None], argv: list[str] | None = None) -> None:
-    """Validate params (exit 2 with a one-line message if invalid), seed, then run `main(params)`."""
-    argv = sys.argv[1:] if argv is None else argv
+def run_stage(main: Callable[..., None], argv: list[str] | None = None) -> None:
+    """Validate params (exit 2 with a one-line message if invalid), seed, then run `main(params, *args)`.
+
+    argv: ``[--params FILE] [ARG ...]``; FILE defaults to $DSMATH_PARAMS or ./params.yaml; ARGs (e.g. the model name
+    of a `foreach` stage such as `evaluate@sft`) are passed on to `main`.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    path = None
+    if "--params" in argv:
+        i = argv.index("--params")
+        path = argv[i + 1]
+        del argv[i : i + 2]
     try:
-        params = load_params(argv[0] if argv else None)
+        params = load_params(path)
     except ParamsError as err:
         print(f"error: invalid params: {err}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -61,4 +70,4 @@ def run_stage(main: Callable[[Params], None], argv: list[str] | None = None) -> 
 
         torch.set_num_threads(params.common.num_threads)
     seed_everything(params.common.seed)
-    main(params)
+    main(params, *argv)

@@ -25,7 +25,7 @@ def test_corpus_stage_outputs_decontamination_and_determinism(tmp_path, monkeypa
     (extra / "mine.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     raw = smoke_params(tmp_path, **{"corpus.extra_math_files": ["mine.jsonl"]})
     raw["common"]["paths"]["extra_math"] = str(extra)
-    run_stage(corpus.main, [str(write_params(tmp_path, raw))])
+    run_stage(corpus.main, ["--params", str(write_params(tmp_path, raw))])
     metrics = json.loads((tmp_path / "metrics" / "corpus.json").read_text())
 
     math = read_jsonl(tmp_path / "data/corpus/math.jsonl")
@@ -53,7 +53,7 @@ def test_corpus_stage_outputs_decontamination_and_determinism(tmp_path, monkeypa
     again.mkdir()
     raw["common"]["paths"] = {k: (v if k in ("raw", "extra_math") else v.replace(str(tmp_path), str(again)))
                               for k, v in raw["common"]["paths"].items()}
-    run_stage(corpus.main, [str(write_params(again, raw))])
+    run_stage(corpus.main, ["--params", str(write_params(again, raw))])
     for rel in ("data/corpus/math.jsonl", "data/corpus/code.jsonl", "data/synthetic/train.jsonl",
                 "data/synthetic/test.jsonl"):
         assert (tmp_path / rel).read_bytes() == (again / rel).read_bytes(), rel

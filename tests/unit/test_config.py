@@ -71,7 +71,7 @@ def test_stage_with_bad_params_exits_2_and_writes_nothing(tmp_path):
     bad["corpus"]["decontamination"]["ngram"] = 1
     bad["common"]["paths"] = {k: str(tmp_path / k) for k in bad["common"]["paths"]}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(bad))
-    proc = subprocess.run([sys.executable, "-m", "stages.corpus", str(tmp_path / "params.yaml")], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "stages.corpus", "--params", str(tmp_path / "params.yaml")], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (

@@ -1,0 +1,118 @@
+"""Evaluate one model of the chain: greedy accuracy, maj@k, pass@k, format-error rate and output length, per
+dataset (synthetic test, GSM8K test, SVAMP, MATH-500) and per mode (CoT, PoT with the program run in the sandbox,
+tool-integrated), with the same fast sampler as RL. Per-sample predictions are kept for inspection.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+from tqdm import tqdm
+
+from dsmath import prompts
+from dsmath.evaluation.metrics import maj_at_k, mean_pass_at_k
+from dsmath.rewards import build_reward, code_blocks, extract_answer, is_equivalent, program_answer
+from dsmath.rl.rollout import ToolMode, sample
+from dsmath.rl.scoring import decode_completions
+
+
+def final_answers(texts: Sequence[str], mode: str, sandbox_cfg) -> list[str | None]:
+    """The answer of each completion: the printed output of the last program (pot), else the extracted answer."""
+    if mode != "pot":
+        return [extract_answer(t) for t in texts]
+    from dsmath.sandbox import run_python_batch
+
+    programs = [(code_blocks(t) or [None])[-1] for t in texts]
+    runnable = [i for i, p in enumerate(programs) if p is not None]
+    results = run_python_batch([programs[i] for i in runnable], sandbox_cfg.timeout_s, sandbox_cfg.memory_mb,
+                               sandbox_cfg.max_output_bytes, sandbox_cfg.workers)
+    answers: list[str | None] = [None] * len(texts)
+    for i, res in zip(runnable, results, strict=True):
+        answers[i] = program_answer(res.stdout) if res.ok else None
+    return answers
+
+
+class Generator:
+    """Batched decoding of prompts for one model (greedy or sampled), tool calls through the sandbox."""
+
+    def __init__(self, model, tokenizer, cfg, sandbox_cfg, seed: int):
+        self.model, self.tok, self.cfg, self.sandbox = model.eval(), tokenizer, cfg, sandbox_cfg
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def __call__(self, questions: Sequence[str], mode: str, temperature: float) -> tuple[list[str], list[int]]:
+        """Completions and their lengths in tokens, in the order of `questions`."""
+        tool = None
+        if mode == "tool":
+            from dsmath.rl.run import sandbox_tool
+
+            tool = ToolMode(sandbox_tool(self.sandbox), self.tok, max_calls=self.cfg.max_tool_calls)
+        texts, lengths = [], []
+        ids = [self.tok(prompts.format_prompt(q, mode, self.tok), add_special_tokens=False)["input_ids"]
+               for q in questions]
+        for i in range(0, len(ids), self.cfg.batch_size):
+            ro = sample(self.model, ids[i : i + self.cfg.batch_size], max_new_tokens=self.cfg.max_new_tokens,
+                        eos_token_id=[self.tok.eos_token_id], pad_token_id=self.tok.pad_token_id,
+                        temperature=temperature, generator=self.gen, tool=tool, engine=self.cfg.engine)
+            texts += decode_completions(self.tok, ro.completion_ids, ro.completion_mask)
+            lengths += ro.completion_mask.sum(dim=1).tolist()
+        return texts, lengths
+
+
+def evaluate_split(gen: Generator, records: Sequence[dict], mode: str, cfg, sandbox_cfg, rewards_cfg,
+                   sampled: bool) -> tuple[dict[str, float], list[dict]]:
+    """Metrics of one (dataset, mode) and the per-problem prediction rows."""
+    questions, golds = [r["question"] for r in records], [r["answer"] for r in records]
+    t0 = time.perf_counter()
+    greedy, lengths = gen(questions, mode, 0.0)
+    greedy_answers = final_answers(greedy, mode, sandbox_cfg)
+    greedy_ok = [a is not None and is_equivalent(a, g) for a, g in zip(greedy_answers, golds, strict=True)]
+    fmt = build_reward("format", mode, rewards_cfg, sandbox_cfg)(greedy, golds)
+    metrics = {
+        "greedy": sum(greedy_ok) / max(len(records), 1),
+        "format_error_rate": 1.0 - sum(fmt) / max(len(fmt), 1),
+        "mean_length": sum(lengths) / max(len(lengths), 1),
+        "greedy_problems_per_s": len(records) / max(time.perf_counter() - t0, 1e-9),
+        "n": float(len(records)),
+    }
+    rows = [{"id": r["id"], "mode": mode, "question": r["question"], "gold": g, "greedy": c, "greedy_answer": a,
+             "greedy_correct": ok} for r, g, c, a, ok in zip(records, golds, greedy, greedy_answers, greedy_ok,
+                                                             strict=True)]
+    if sampled and cfg.n_samples > 0:
+        metrics |= _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rows)
+    return metrics, rows
+
+
+def _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rows) -> dict[str, float]:
+    n = cfg.n_samples
+    t0 = time.perf_counter()
+    texts, _ = gen([q for q in questions for _ in range(n)], mode, cfg.temperature)
+    answers = final_answers(texts, mode, sandbox_cfg)
+    per_problem = [answers[i * n : (i + 1) * n] for i in range(len(questions))]
+    correct = [[a is not None and is_equivalent(a, g) for a in ans] for ans, g in zip(per_problem, golds,
+                                                                                      strict=True)]
+    out = {"sampled_problems_per_s": len(questions) / max(time.perf_counter() - t0, 1e-9)}
+    for k in cfg.k:
+        if k <= n:
+            out[f"pass@{k}"] = mean_pass_at_k(correct, k)
+            out[f"maj@{k}"] = sum(maj_at_k(ans, g, k, is_equivalent) for ans, g in zip(per_problem, golds,
+                                                                                          strict=True)) / len(golds)
+    for row, ans, ok in zip(rows, per_problem, correct, strict=True):
+        row["sample_answers"], row["sample_correct"] = ans, ok
+    return out
+
+
+def evaluate_model(model, tokenizer, datasets: dict[str, list[dict]], cfg, sandbox_cfg, rewards_cfg,
+                   seed: int) -> tuple[dict[str, float], list[dict]]:
+    """Flat metrics `<dataset>/<mode>/<metric>` over every dataset and mode, and all prediction rows."""
+    gen = Generator(model, tokenizer, cfg, sandbox_cfg, seed)
+    metrics: dict[str, float] = {}
+    rows: list[dict] = []
+    for name, records in tqdm(list(datasets.items()), desc="evaluate"):
+        for mode in cfg.modes:
+            m, r = evaluate_split(gen, records, mode, cfg, sandbox_cfg, rewards_cfg,
+                                  sampled=name in cfg.sampled_datasets and mode in cfg.sampled_modes)
+            metrics |= {f"{name}/{mode}/{k}": v for k, v in m.items()}
+            rows += [{"dataset": name, **row} for row in r]
+    return metrics, rows

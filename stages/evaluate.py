@@ -1,0 +1,27 @@
+"""DVC stage `evaluate@<model>`: greedy / maj@k / pass@k of one model of the chain on every dataset and mode."""
+
+from __future__ import annotations
+
+from dsmath import tracking
+from dsmath.config import CHAIN, Params
+from dsmath.evaluation.run import run_evaluation
+from dsmath.stage import run_stage, write_metrics
+
+
+def main(params: Params, model_name: str) -> None:
+    if model_name not in CHAIN:
+        raise SystemExit(f"error: model must be one of {', '.join(CHAIN)} (got {model_name!r})")
+    sections = {"evaluate": params.evaluate.model_dump(), "sandbox": params.sandbox.model_dump()}
+    with tracking.stage_run(f"evaluate@{model_name}", params, sections) as run:
+        metrics, rows, curves = run_evaluation(params, model_name)
+        path = write_metrics(params, f"eval/{model_name}", metrics)
+        run.log_metrics({f"eval/{k}": v for k, v in metrics.items()})
+        run.log_artifact(path)
+        run.log_table([{k: v for k, v in r.items() if k not in ("sample_answers", "sample_correct")}
+                       for r in rows], "completions.json")
+        if curves:
+            run.log_table(curves, "pass_maj_at_k.json")
+
+
+if __name__ == "__main__":
+    run_stage(main)
