@@ -19,8 +19,8 @@ def smoke_params(tmp: Path, **overrides) -> dict:
     paths = raw["common"]["paths"]
     for key in paths:
         paths[key] = str(ROOT / paths[key]) if key in ("raw", "extra_math") else str(tmp / paths[key])
-    raw["common"]["tracking"] = {"experiment": "dsmath-test", "uri": f"sqlite:///{tmp}/mlflow.db",
-                                 "artifacts": str(tmp / "mlartifacts")}
+    raw["common"]["tracking"] |= {"experiment": "dsmath-test", "uri": f"sqlite:///{tmp}/mlflow.db",
+                                  "artifacts": str(tmp / "mlartifacts")}
     for dotted, value in overrides.items():
         node = raw
         *parents, leaf = dotted.split(".")

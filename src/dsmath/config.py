@@ -52,6 +52,8 @@ class Tracking(Section):
     experiment: str = "dsmath"
     uri: str = "sqlite:///mlflow.db"
     artifacts: str = "mlartifacts"
+    registered_model: str = "dsmath-rl"  # the model registry entry of the RL model
+    champion_alias: str = "champion"  # moved to a new RL model version when it beats the current one
 
 
 class Common(Section):

@@ -19,6 +19,7 @@ from typing import Any
 
 PARENT_ENV = "DSMATH_PARENT_RUN_ID"
 RUN_ID_ENV = "DSMATH_RUN_ID"  # set while a stage run is open, so subprocesses (accelerate workers) can find it
+MODEL_URI_TAG = "dsmath.model_uri"  # set on a stage run that logged its final model
 _BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
 
 
@@ -152,6 +153,7 @@ class StageRun:
             registered_model_name=registered_name,
             pip_requirements=[f"torch=={_version('torch')}", f"transformers=={transformers.__version__}"],
         )
+        self.set_tags({MODEL_URI_TAG: info.model_uri})
         return info.model_uri
 
 
@@ -184,3 +186,41 @@ def stage_run(stage: str, params, sections: Mapping[str, Any] | None = None) -> 
         finally:
             run.flush()
             os.environ.pop(RUN_ID_ENV, None)
+
+
+def latest_stage_run(stage: str, tracking_cfg):
+    """The newest run of `stage` that logged a model: in the current pipeline execution if there is one."""
+    mlflow = _mlflow()
+    exp = mlflow.get_experiment_by_name(tracking_cfg.experiment)
+    if exp is None:
+        return None
+    filters = [f"tags.`dsmath.stage` = '{stage}'"]
+    if os.environ.get(PARENT_ENV):
+        filters.append(f"tags.mlflow.parentRunId = '{os.environ[PARENT_ENV]}'")
+    runs = mlflow.search_runs([exp.experiment_id], " and ".join(filters), output_format="list",
+                              order_by=["attributes.start_time DESC"])
+    return next((r for r in runs if MODEL_URI_TAG in r.data.tags), None)
+
+
+def promote_champion(params, value: float | None, stage: str = "rl") -> bool:
+    """Register the latest `stage` model as a new version; move the champion alias to it when `value` (the primary
+    metric) beats the current champion's. Returns whether it became the champion."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    t = params.common.tracking
+    setup(t)
+    run = latest_stage_run(stage, t)
+    if run is None or value is None:
+        return False
+    client = MlflowClient()
+    version = _mlflow().register_model(run.data.tags[MODEL_URI_TAG], t.registered_model,
+                                       tags={"primary_metric": params.evaluate.primary_metric, "value": str(value)})
+    try:
+        best = float(client.get_model_version_by_alias(t.registered_model, t.champion_alias).tags.get("value", "-inf"))
+    except MlflowException:  # no champion yet
+        best = float("-inf")
+    if value > best:
+        client.set_registered_model_alias(t.registered_model, t.champion_alias, version.version)
+        return True
+    return False
