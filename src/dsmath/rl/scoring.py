@@ -63,15 +63,15 @@ def step_rewards(tokenizer, completion_ids: torch.Tensor, mask: torch.Tensor, go
     """Process rewards of each output's steps, aligned to tokens.
 
     Returns (rewards (N, S), ends (N, S) long token index of each step's last token, step_mask (N, S) bool),
-    S = most steps in any output. Steps are lines; a checkable equation scores +1 right / negative wrong (see
-    `dsmath.rewards.steps`); the answer line is checked against the gold answer.
+    S = most checked steps in any output. Steps are lines; only checkable ones count (an equation scores +1 right,
+    -1 wrong; the answer line is checked against the gold answer; see `dsmath.rewards.steps`).
     """
     rows = []
     for ids, m, gold in zip(completion_ids, mask, golds, strict=True):
         toks = ids[m.bool()].tolist()
         spans = token_char_ends(tokenizer, toks)
         text = "".join(tokenizer.batch_decode([[i] for i in toks], skip_special_tokens=False))
-        steps = verify_steps(text, gold)
+        steps = [s for s in verify_steps(text, gold) if s.checked]  # unchecked steps carry no process signal
         ends = token_ends([s.char_end for s in steps], spans)
         rows.append(([s.reward for s in steps], ends))
     s = max([len(r) for r, _ in rows] + [1])

