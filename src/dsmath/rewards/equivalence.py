@@ -25,7 +25,7 @@ from fractions import Fraction
 from dsmath.config import Rewards
 from dsmath.rewards.normalize import normalize_answer, parse_number
 from dsmath.rewards.numeric import evaluate_latex
-from dsmath.sandbox import WorkerPool
+from dsmath.workers import WorkerPool
 
 MATHVERIFY_WORKERS = 2  # slow-path worker processes (~60-100 MB each with sympy); bounds parallel slow calls
 MAX_FAST_CHARS = 1000  # longer answers skip the regex fast path and go straight to the time-limited slow path
