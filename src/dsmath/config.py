@@ -373,6 +373,8 @@ class Evaluate(Section):
     batch_size: PosInt = 256
     engine: Literal["auto", "fast", "hf"] = "auto"
     primary_metric: str = "synthetic/cot/greedy"  # decides whether the RL model becomes the registry's champion
+    # models whose answer may be the last number of the text (base models never learnt the answer line)
+    last_number_answer: list[Literal["base", "pretrain", "sft", "rl"]] = ["base", "pretrain"]
 
     @model_validator(mode="after")
     def _k_within_samples(self) -> Evaluate:

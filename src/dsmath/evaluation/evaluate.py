@@ -13,15 +13,16 @@ from tqdm import tqdm
 
 from dsmath import prompts
 from dsmath.evaluation.metrics import maj_at_k, mean_pass_at_k
-from dsmath.rewards import build_reward, code_blocks, extract_answer, is_equivalent, program_answer
+from dsmath.rewards import are_equivalent, build_reward, code_blocks, extract_answer, is_equivalent, program_answer
 from dsmath.rl.rollout import ToolMode, sample
 from dsmath.rl.scoring import decode_completions
 
 
-def final_answers(texts: Sequence[str], mode: str, sandbox_cfg) -> list[str | None]:
-    """The answer of each completion: the printed output of the last program (pot), else the extracted answer."""
+def final_answers(texts: Sequence[str], mode: str, sandbox_cfg, last_number: bool = False) -> list[str | None]:
+    """The answer of each completion: the printed output of the last program (pot), else the extracted answer
+    (`last_number`: fall back to the last number in the text, for base models that never learnt the answer line)."""
     if mode != "pot":
-        return [extract_answer(t) for t in texts]
+        return [extract_answer(t, last_number_fallback=last_number) for t in texts]
     from dsmath.sandbox import run_python_batch
 
     programs = [(code_blocks(t) or [None])[-1] for t in texts]
@@ -37,8 +38,9 @@ def final_answers(texts: Sequence[str], mode: str, sandbox_cfg) -> list[str | No
 class Generator:
     """Batched decoding of prompts for one model (greedy or sampled), tool calls through the sandbox."""
 
-    def __init__(self, model, tokenizer, cfg, sandbox_cfg, seed: int):
+    def __init__(self, model, tokenizer, cfg, sandbox_cfg, seed: int, last_number: bool = False):
         self.model, self.tok, self.cfg, self.sandbox = model.eval(), tokenizer, cfg, sandbox_cfg
+        self.last_number = last_number
         self.gen = torch.Generator().manual_seed(seed)
 
     def __call__(self, questions: Sequence[str], mode: str, temperature: float) -> tuple[list[str], list[int]]:
@@ -66,8 +68,8 @@ def evaluate_split(gen: Generator, records: Sequence[dict], mode: str, cfg, sand
     questions, golds = [r["question"] for r in records], [r["answer"] for r in records]
     t0 = time.perf_counter()
     greedy, lengths = gen(questions, mode, 0.0)
-    greedy_answers = final_answers(greedy, mode, sandbox_cfg)
-    greedy_ok = [a is not None and is_equivalent(a, g) for a, g in zip(greedy_answers, golds, strict=True)]
+    greedy_answers = final_answers(greedy, mode, sandbox_cfg, gen.last_number)
+    greedy_ok = are_equivalent(greedy_answers, golds, rewards_cfg.equivalence_timeout_s)
     fmt = build_reward("format", mode, rewards_cfg, sandbox_cfg)(greedy, golds)
     metrics = {
         "greedy": sum(greedy_ok) / max(len(records), 1),
@@ -80,18 +82,18 @@ def evaluate_split(gen: Generator, records: Sequence[dict], mode: str, cfg, sand
              "greedy_correct": ok} for r, g, c, a, ok in zip(records, golds, greedy, greedy_answers, greedy_ok,
                                                              strict=True)]
     if sampled and cfg.n_samples > 0:
-        metrics |= _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rows)
+        metrics |= _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rewards_cfg, rows)
     return metrics, rows
 
 
-def _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rows) -> dict[str, float]:
+def _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rewards_cfg, rows) -> dict[str, float]:
     n = cfg.n_samples
     t0 = time.perf_counter()
     texts, _ = gen([q for q in questions for _ in range(n)], mode, cfg.temperature)
-    answers = final_answers(texts, mode, sandbox_cfg)
+    answers = final_answers(texts, mode, sandbox_cfg, gen.last_number)
+    flat = are_equivalent(answers, [g for g in golds for _ in range(n)], rewards_cfg.equivalence_timeout_s)
     per_problem = [answers[i * n : (i + 1) * n] for i in range(len(questions))]
-    correct = [[a is not None and is_equivalent(a, g) for a in ans] for ans, g in zip(per_problem, golds,
-                                                                                      strict=True)]
+    correct = [flat[i * n : (i + 1) * n] for i in range(len(questions))]
     out = {"sampled_problems_per_s": len(questions) / max(time.perf_counter() - t0, 1e-9)}
     for k in cfg.k:
         if k <= n:
@@ -104,9 +106,9 @@ def _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rows) -> di
 
 
 def evaluate_model(model, tokenizer, datasets: dict[str, list[dict]], cfg, sandbox_cfg, rewards_cfg,
-                   seed: int) -> tuple[dict[str, float], list[dict]]:
+                   seed: int, last_number: bool = False) -> tuple[dict[str, float], list[dict]]:
     """Flat metrics `<dataset>/<mode>/<metric>` over every dataset and mode, and all prediction rows."""
-    gen = Generator(model, tokenizer, cfg, sandbox_cfg, seed)
+    gen = Generator(model, tokenizer, cfg, sandbox_cfg, seed, last_number)
     metrics: dict[str, float] = {}
     rows: list[dict] = []
     for name, records in tqdm(list(datasets.items()), desc="evaluate"):
