@@ -17,7 +17,6 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from dsmath import pipeline, tracking
-from dsmath.config import load_params
 
 TRANSIENT_MARKERS = ("is busy", "Unable to acquire lock", "database is locked")
 
@@ -74,7 +73,7 @@ def _read_metrics(path: Path) -> dict:
 @flow(name="dsmath-pipeline", log_prints=True)
 def dsmath_pipeline(stages: list[str] | None = None) -> dict[str, dict]:
     """Every stage of dvc.yaml (or only `stages`), in the DVC graph's dependency order."""
-    params = load_params()
+    params = pipeline.validate()  # bad params fail here, naming the stages that read them, before anything runs
     graph = pipeline.stage_graph()
     order = [s for s in pipeline.stage_order(graph) if not stages or s in stages]
     results: dict[str, dict] = {}

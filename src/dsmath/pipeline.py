@@ -38,6 +38,38 @@ def stage_order(graph) -> list[str]:
     return list(nx.lexicographical_topological_sort(graph.reverse(copy=True)))
 
 
+def stage_params(repo_root: str | os.PathLike = ".") -> dict[str, list[str]]:
+    """{stage: the params keys its dvc.yaml entry declares} (e.g. rl -> ['common.seed', 'rl', ...])."""
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+
+    with Repo(str(repo_root)) as repo:
+        return {s.addressing: [p for d in s.deps if isinstance(d, ParamsDependency) for p in d.params]
+                for s in repo.index.stages}
+
+
+class InvalidParams(RuntimeError):
+    """params.yaml is invalid; the message names the stages that read the offending keys."""
+
+
+def validate(repo_root: str | os.PathLike = ".", params_file: str | os.PathLike | None = None):
+    """Load params.yaml before any stage runs (DVC deletes a stage's outputs before running it, so a stage that
+    fails on bad params would leave nothing behind). Raises InvalidParams naming the stages that read each bad key."""
+    from dsmath.config import ParamsError
+
+    try:
+        return load_params(params_file or Path(repo_root) / "params.yaml")
+    except ParamsError as err:
+        declared = stage_params(repo_root)
+        problems = []
+        for problem in str(err).split("; "):
+            key = problem.split(":", 1)[0]
+            readers = [s for s, keys in declared.items()
+                       if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in keys)]
+            problems.append(f"stage {', '.join(readers) or '(none)'}: {problem}")
+        raise InvalidParams("invalid params: " + "; ".join(problems)) from None
+
+
 def upstream(graph, stage: str) -> list[str]:
     """The stages `stage` depends on directly."""
     return sorted(graph.successors(stage))
@@ -87,7 +119,11 @@ def child_runs(parent_id: str) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     """`make repro`: `dvc repro [args]` inside a parent MLflow run."""
     args = sys.argv[1:] if argv is None else argv
-    params = load_params()
+    try:
+        params = validate()
+    except InvalidParams as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     dvc = str(Path(sys.executable).with_name("dvc"))
     with pipeline_run(params, run_name="dvc repro"):
         return subprocess.call([dvc, "repro", *args])
