@@ -80,8 +80,11 @@ def dsmath_pipeline(stages: list[str] | None = None) -> dict[str, dict]:
     with pipeline.pipeline_run(params, run_name="prefect flow") as parent_id:
         # one at a time: DVC holds a repository lock while it runs, so stages cannot overlap anyway; a failure
         # raises here, naming the stage, and nothing downstream runs
-        for stage in order:
-            results[stage] = run_stage(stage, params.common.paths.metrics)
+        try:
+            for stage in order:
+                results[stage] = run_stage(stage, params.common.paths.metrics)
+        finally:
+            tracking.tag_children_from_lock(parent_id)
         publish_links(parent_id, tracking.tracking_uri(params.common.tracking))
     return results
 

@@ -125,8 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     dvc = str(Path(sys.executable).with_name("dvc"))
-    with pipeline_run(params, run_name="dvc repro"):
-        return subprocess.call([dvc, "repro", *args])
+    with pipeline_run(params, run_name="dvc repro") as parent_id:
+        code = subprocess.call([dvc, "repro", *args])
+        tracking.tag_children_from_lock(parent_id)
+        return code
 
 
 if __name__ == "__main__":

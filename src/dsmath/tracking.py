@@ -77,7 +77,7 @@ def git_tags(cwd: str | os.PathLike = ".") -> dict[str, str]:
 
 
 def dvc_dep_tags(stage: str, lock_path: str | os.PathLike = "dvc.lock") -> dict[str, str]:
-    """The dependency hashes DVC recorded for `stage` in dvc.lock (from the previous run of it, if any)."""
+    """The dependency hashes DVC recorded for `stage` in dvc.lock (`evaluate@sft` is stored as evaluate@sft)."""
     import yaml
 
     try:
@@ -167,13 +167,14 @@ def _version(pkg: str) -> str:
 def stage_run(stage: str, params, sections: Mapping[str, Any] | None = None) -> Iterator[StageRun]:
     """Open the MLflow run of one stage, as a child of $DSMATH_PARENT_RUN_ID when it is set.
 
-    Tags: git commit and dirty flag, the DVC stage name and its dependency hashes from dvc.lock. `sections` are the
-    params this stage reads (logged flattened as run params).
+    Tags: git commit and dirty flag and the DVC stage name (the orchestrator adds the dependency hashes from dvc.lock
+    once DVC has recorded them: `tag_children_from_lock`). `sections` are the params this stage reads (logged
+    flattened as run params).
     """
     mlflow = _mlflow()
     exp_id = setup(params.common.tracking)
     parent = os.environ.get(PARENT_ENV) or None
-    tags = {"dsmath.stage": stage, **git_tags(), **dvc_dep_tags(stage.split("@")[0])}
+    tags = {"dsmath.stage": stage, **git_tags()}
     nested = mlflow.active_run() is not None  # the parent is open in this very process (flow tests, notebooks)
     with mlflow.start_run(experiment_id=exp_id, run_name=stage, parent_run_id=parent, tags=tags,
                           nested=nested) as active:
@@ -224,3 +225,18 @@ def promote_champion(params, value: float | None, stage: str = "rl") -> bool:
         client.set_registered_model_alias(t.registered_model, t.champion_alias, version.version)
         return True
     return False
+
+
+def tag_children_from_lock(parent_id: str, lock_path: str | os.PathLike = "dvc.lock") -> int:
+    """Tag each child run of `parent_id` with its stage's dependency hashes from dvc.lock (written by DVC after the
+    stage succeeded, so they are the hashes of exactly what the run consumed). Returns the number of runs tagged."""
+    mlflow = _mlflow()
+    runs = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                              filter_string=f"tags.mlflow.parentRunId = '{parent_id}'")
+    tagged = 0
+    for run in runs:
+        tags = dvc_dep_tags(run.data.tags.get("dsmath.stage", ""), lock_path)
+        if tags:
+            StageRun(run.info.run_id).set_tags(tags)
+            tagged += 1
+    return tagged

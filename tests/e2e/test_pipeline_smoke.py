@@ -1,0 +1,195 @@
+"""The whole chain on the smoke profile, in a temporary copy of the project: DVC, Prefect and MLflow together.
+
+One module-scoped build (`python -m dsmath.pipeline`, i.e. `make repro`: `dvc repro` inside an MLflow parent run)
+is shared by the tests below, which then check idempotence, what a param change re-runs, the Prefect flow, the MLflow
+run tree and registry, and that bad params fail before anything is touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+CHAIN = ["corpus", "tokenizer", "base", "evaluate@base", "pretrain", "evaluate@pretrain", "sft", "evaluate@sft", "rl",
+         "evaluate@rl", "report"]
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def _copy_project(dst: Path) -> None:
+    """Tracked and untracked-but-not-ignored files (what a clone of the working tree would hold), without dvc.lock."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split("\n")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if rel == "dvc.lock" or not src.is_file():
+            continue
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst / rel)
+
+
+def _env(repo: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DSMATH_", "PREFECT_"))}
+    return env | {"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "PREFECT_HOME": str(repo / ".prefect"),
+                  "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MLFLOW_ENABLE_ASYNC_LOGGING": "false"}
+
+
+def _run(repo: Path, *cmd: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(cmd), cwd=repo, env=_env(repo), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def _hash_tree(path: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(f.relative_to(path).as_posix().encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """A copy of the project with the smoke profile as params.yaml, fully built once."""
+    repo = tmp_path_factory.mktemp("clone")
+    _copy_project(repo)
+    params = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    params["common"]["python"] = sys.executable
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke"]):
+        _run(repo, *cmd)
+    t0 = time.perf_counter()
+    proc = _run(repo, sys.executable, "-m", "dsmath.pipeline")
+    repo_build_s = time.perf_counter() - t0
+    (repo / "build.log").write_text(proc.stdout + proc.stderr + f"\nbuild seconds: {repo_build_s:.1f}\n")
+    return repo
+
+
+def _mlflow(repo: Path):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{repo}/mlflow.db")
+    return mlflow
+
+
+def test_dvc_repro_builds_every_stage_in_order(repo):
+    log = (repo / "build.log").read_text()
+    ran = [line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage '")]
+    assert ran == CHAIN
+    for path in ("models/sft/model.safetensors", "models/rl/model.safetensors", "reports/report.md",
+                 "metrics/eval/rl.json", "metrics/rl.json", "plots/rl.csv"):
+        assert (repo / path).exists(), path
+
+
+def test_second_repro_runs_nothing_quickly(repo):
+    t0 = time.perf_counter()
+    proc = _run(repo, str(BIN / "dvc"), "repro")
+    elapsed = time.perf_counter() - t0
+    assert "Running stage" not in proc.stdout
+    assert elapsed <= 3.0 + 2.0, f"no-op repro took {elapsed:.1f} s"  # 3 s of DVC + interpreter start-up
+
+
+def test_changing_an_rl_param_reruns_only_rl_and_downstream(repo):
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["rl"]["beta"] = 0.0
+    original = (repo / "params.yaml").read_text()
+    try:
+        (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        proc = _run(repo, str(BIN / "dvc"), "repro", "--dry")
+        would = [line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage '")]
+        assert would == ["rl", "evaluate@rl", "report"]
+    finally:
+        (repo / "params.yaml").write_text(original)
+
+
+def test_mlflow_parent_run_with_one_child_per_stage(repo):
+    mlflow = _mlflow(repo)
+    parents = mlflow.search_runs(experiment_names=["dsmath"], filter_string="tags.`dsmath.kind` = 'pipeline'",
+                                 output_format="list")
+    assert len(parents) == 1
+    children = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",
+                                  filter_string=f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")
+    by_stage = {r.data.tags["dsmath.stage"]: r for r in children}
+    assert sorted(by_stage) == sorted(CHAIN)
+    for stage, run in by_stage.items():
+        assert run.data.tags["git.commit"] != "unknown" and run.data.tags["git.dirty"] in ("true", "false"), stage
+        assert run.data.metrics, f"{stage} logged no metrics"
+        assert run.data.params or stage == "report", f"{stage} logged no params"
+    rl = mlflow.tracking.MlflowClient().get_metric_history(by_stage["rl"].info.run_id, "rl/kl")
+    assert len(rl) >= 2
+    for stage in ("base", "pretrain", "sft", "rl"):
+        assert "dsmath.model_uri" in by_stage[stage].data.tags, stage
+    for stage, run in by_stage.items():
+        assert any(k.startswith("dvc.dep.") for k in run.data.tags), f"{stage} has no dependency hashes"
+
+
+def test_report_numbers_equal_metrics_files_and_mlflow(repo):
+    import json
+
+    report = (repo / "reports" / "report.md").read_text()
+    mlflow = _mlflow(repo)
+    for model in ("base", "pretrain", "sft", "rl"):
+        metrics = json.loads((repo / "metrics" / "eval" / f"{model}.json").read_text())
+        row = next(line for line in report.splitlines() if line.startswith(f"| {model} ("))
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        header = next(line for line in report.splitlines() if line.startswith("| model |"))
+        cols = [c.strip().replace(" ", "/") for c in header.strip("|").split("|")][1:]
+        for col, cell in zip(cols, cells, strict=True):
+            assert cell == f"{100 * metrics[col]:.1f}", (model, col)
+        run = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",
+                                 filter_string=f"tags.`dsmath.stage` = 'evaluate@{model}'")[0]
+        for col in cols:
+            assert run.data.metrics[f"eval/{col}"] == pytest.approx(metrics[col]), (model, col)
+
+
+def test_registered_model_loads_and_generates(repo):
+    import json
+
+    mlflow = _mlflow(repo)
+    assert json.loads((repo / "metrics" / "report.json").read_text())["rl_promoted_champion"] == 1
+    version = mlflow.tracking.MlflowClient().get_model_version_by_alias("dsmath-rl", "champion")
+    components = mlflow.transformers.load_model("models:/dsmath-rl@champion", return_type="components")
+    tok, model = components["tokenizer"], components["model"]
+    ids = tok("<|user|>What is 2 + 3?<|end|><|assistant|>", return_tensors="pt").input_ids
+    out = model.generate(ids, max_new_tokens=5, do_sample=False)
+    assert out.shape[1] == ids.shape[1] + 5 or out[0, -1].item() == tok.eos_token_id
+    assert version.version
+
+
+def test_prefect_flow_runs_one_task_per_stage_in_order(repo):
+    proc = _run(repo, sys.executable, str(Path(__file__).with_name("run_flow_in_harness.py")), timeout=600)
+    import json
+
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["state"] == "COMPLETED"
+    stage_runs = sorted((r for r in result["runs"] if r[0] in CHAIN), key=lambda r: r[1])
+    assert [r[0] for r in stage_runs] == CHAIN
+    assert "sft-metrics" in result["artifacts"] and "dsmath-mlflow-runs" in result["artifacts"]
+
+
+def test_invalid_params_fail_before_anything_runs(repo):
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["rl"]["group_size"] = 1
+    original = (repo / "params.yaml").read_text()
+    before = _hash_tree(repo / "models")
+    try:
+        (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        proc = _run(repo, sys.executable, "-m", "flows.pipeline", check=False, timeout=300)
+        assert proc.returncode != 0
+        assert "stage rl: rl.group_size: must be >= 2 (got 1)" in proc.stdout + proc.stderr
+        make = _run(repo, sys.executable, "-m", "dsmath.pipeline", check=False)
+        assert make.returncode == 2 and "stage rl: rl.group_size" in make.stderr
+    finally:
+        (repo / "params.yaml").write_text(original)
+    assert _hash_tree(repo / "models") == before
