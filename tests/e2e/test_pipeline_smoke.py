@@ -40,8 +40,9 @@ def _copy_project(dst: Path) -> None:
 
 def _env(repo: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DSMATH_", "PREFECT_"))}
-    return env | {"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "PREFECT_HOME": str(repo / ".prefect"),
-                  "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "MLFLOW_ENABLE_ASYNC_LOGGING": "false"}
+    return env | {"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "PYTHONPATH": str(repo),
+                  "PREFECT_HOME": str(repo / ".prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                  "MLFLOW_ENABLE_ASYNC_LOGGING": "false"}
 
 
 def _run(repo: Path, *cmd: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
