@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from dsmath.rl.rollout import sample
+from dsmath.rl.rollout import left_pad, sample
 
 
 def default_model(seed: int):
@@ -53,42 +53,50 @@ def make_prompts(batch: int, mean_len: int, vocab: int, seed: int) -> list[list[
     return [torch.randint(4, vocab, (int(n),), generator=g).tolist() for n in lens]
 
 
-def run_generate(model, prompts, new_tokens: int, pad: int, seed: int) -> int:
-    """`model.generate` on the same left-padded batch; returns the number of new tokens."""
-    from dsmath.rl.rollout import left_pad
-
+def run_generate(model, prompts, new_tokens: int, pad: int, eos: list[int], seed: int) -> int:
+    """`model.generate` on the same left-padded batch; returns the new tokens up to and including each row's EOS."""
     ids, mask = left_pad(prompts, pad)
     torch.manual_seed(seed)
     with torch.inference_mode():
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=True,
-                             temperature=1.0, top_p=1.0, top_k=0, pad_token_id=pad, eos_token_id=None)
-    return (out.shape[1] - ids.shape[1]) * ids.shape[0]
+                             temperature=1.0, top_p=1.0, top_k=0, pad_token_id=pad, eos_token_id=eos or None)
+    new = out[:, ids.shape[1]:]
+    if not eos:
+        return new.numel()
+    hit = torch.isin(new, torch.tensor(eos))
+    length = torch.where(hit.any(1), hit.long().argmax(1) + 1, new.shape[1])  # through the first EOS
+    return int(length.sum())
 
 
 def run_sample(engine: str):
-    def run(model, prompts, new_tokens: int, pad: int, seed: int) -> int:
-        r = sample(model, prompts, max_new_tokens=new_tokens, eos_token_id=[], pad_token_id=pad, temperature=1.0,
+    def run(model, prompts, new_tokens: int, pad: int, eos: list[int], seed: int) -> int:
+        r = sample(model, prompts, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=pad, temperature=1.0,
                    top_p=1.0, generator=torch.Generator().manual_seed(seed), engine=engine)
         return int(r.completion_mask.sum())
     return run
 
 
-def bench(model, prompts, new_tokens: int, repeats: int, engines: list[str]) -> dict[str, dict[str, float]]:
-    """tokens/s per method: median and best over `repeats` interleaved runs (one untimed warm-up each)."""
+def bench(model, prompts, new_tokens: int, repeats: int, engines: list[str],
+          eos: list[int]) -> dict[str, dict[str, float]]:
+    """tokens/s per method: median and best over `repeats` interleaved runs (one untimed warm-up each), and the
+    mean completion length. Without `eos` every method must produce exactly batch * new_tokens tokens."""
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    model.generation_config.eos_token_id = None  # no early stop in generate either
+    model.generation_config.eos_token_id = None  # generate stops only at the `eos` passed in
     methods = {"generate": run_generate, **{f"sample[{e}]": run_sample(e) for e in engines}}
     rates: dict[str, list[float]] = {k: [] for k in methods}
+    lengths: dict[str, list[float]] = {k: [] for k in methods}
     for rep in range(repeats + 1):
         for name, fn in methods.items():
             t0 = time.perf_counter()
-            tokens = fn(model, prompts, new_tokens, pad, seed=rep)
+            tokens = fn(model, prompts, new_tokens, pad, eos, seed=rep)
             dt = time.perf_counter() - t0
-            if tokens != len(prompts) * new_tokens:
+            if not eos and tokens != len(prompts) * new_tokens:
                 raise RuntimeError(f"{name}: produced {tokens} tokens, expected {len(prompts) * new_tokens}")
             if rep > 0:
                 rates[name].append(tokens / dt)
-    return {k: {"median": statistics.median(v), "best": max(v)} for k, v in rates.items()}
+                lengths[name].append(tokens / len(prompts))
+    return {k: {"median": statistics.median(v), "best": max(v), "mean_len": statistics.mean(lengths[k])}
+            for k, v in rates.items()}
 
 
 def main() -> None:
@@ -101,19 +109,24 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--engines", default="fast,hf", help="comma-separated sample() engines to time")
+    ap.add_argument("--eos-tokens", type=int, default=0,
+                    help="treat this many token ids as EOS so rows stop at different lengths (0: fixed lengths); "
+                         "tokens/s then counts tokens up to each row's EOS")
     ap.add_argument("--json", default="", help="also write the results here")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
     model = pretrained_model(args.model, args.gguf_file) if args.model else default_model(seed=0)
     prompts = make_prompts(args.batch, args.prompt_len, model.config.vocab_size, seed=0)
-    res = bench(model, prompts, args.new_tokens, args.repeats, args.engines.split(","))
+    eos = list(range(4, 4 + args.eos_tokens))
+    res = bench(model, prompts, args.new_tokens, args.repeats, args.engines.split(","), eos)
     base = res["generate"]["median"]
     print(f"batch {args.batch}, prompt ~{args.prompt_len}, {args.new_tokens} new tokens, {args.threads} threads, "
-          f"{args.repeats} repeats, fp32, model {args.model or 'default scratch Llama'}")
-    print(f"{'method':<16}{'median tok/s':>14}{'best tok/s':>12}{'x generate':>12}")
+          f"{args.repeats} repeats, fp32, model {args.model or 'default scratch Llama'}, "
+          f"{'EOS: ' + str(len(eos)) + ' token ids' if eos else 'no EOS'}")
+    print(f"{'method':<16}{'median tok/s':>14}{'best tok/s':>12}{'x generate':>12}{'mean len':>10}")
     for name, r in res.items():
-        print(f"{name:<16}{r['median']:>14.0f}{r['best']:>12.0f}{r['median'] / base:>12.2f}")
+        print(f"{name:<16}{r['median']:>14.0f}{r['best']:>12.0f}{r['median'] / base:>12.2f}{r['mean_len']:>10.1f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "results": res}, f, indent=2)

@@ -1,0 +1,294 @@
+"""Decoding engines and the token sampler behind :func:`dsmath.rl.rollout.sample`.
+
+Two engines share one interface (``prefill`` -> ``step`` -> ... with ``keep`` to drop finished rows):
+
+- :class:`FastLlama`: a compact Llama decoding forward of our own (RMSNorm, RoPE, GQA attention through
+  ``scaled_dot_product_attention``, SwiGLU) over the weights of an HF ``LlamaForCausalLM``, with keys/values in one
+  preallocated cache ``(layers, 2, N, kv_heads, max_len, head_dim)`` written in place. Per step, HF's own forward
+  copies the whole ``DynamicCache`` (``torch.cat``), builds a 4D mask and runs q, k, v, gate, up as separate
+  matmuls; at laptop scale that overhead is as large as the matmuls and attention reads this engine is left with.
+- :class:`HFDecoder`: the generic path for any causal LM (``DynamicCache``, an explicit 2D padding mask and
+  position ids, ``logits_to_keep=1``), used when :func:`fast_path_unsupported` names a reason.
+
+Both lay the batch out the same way: prompts left-padded to a common length P, so every row writes its step-t key
+into cache slot ``P + t``; a row's *position id* counts only its real tokens (pads are skipped), which is what makes
+a prompt's continuation independent of how much padding its batch needed (exactly so for absolute position
+embeddings; RoPE is shift-invariant anyway).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+FAST_ROPE_TYPES = ("default", "linear", "llama3")  # static inv_freq / scaling, read from the HF rotary module
+
+
+def position_ids(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of a left-padded batch: real tokens count 0, 1, 2, ...; pads get 0. mask: (N, L) -> (N, L)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# sampling
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
+                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row and its log-prob; logits: (N, V) -> tokens (N,), logprobs (N,).
+
+    The log-prob is that of the sampled token under ``log_softmax(logits / temperature)`` over the full vocabulary,
+    *before* top-p truncation (the distribution a training forward at the same temperature reproduces; greedy,
+    ``temperature == 0``, records temperature 1). The draw is by inverse CDF, one uniform per row from
+    `generator` (deterministic given its state).
+    """
+    if temperature == 0.0:
+        tokens = logits.argmax(-1)
+        return tokens, F.log_softmax(logits.float(), -1).gather(-1, tokens[:, None]).squeeze(-1)
+    logits = logits.float()
+    logp = F.log_softmax(logits if temperature == 1.0 else logits / temperature, -1)
+    probs = logp.exp()
+    if top_p < 1.0:
+        probs = _nucleus(probs, top_p)
+    cdf = probs.cumsum(-1)  # inverse-CDF draw: one uniform per row
+    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[-1] - 1)  # right: skips zero-prob tokens
+    return tokens.squeeze(-1), logp.gather(-1, tokens).squeeze(-1)
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Zero every token outside the smallest top set whose mass reaches top_p (the top token always stays)."""
+    sorted_p, order = probs.sort(-1, descending=True)
+    outside = (sorted_p.cumsum(-1) - sorted_p) >= top_p  # mass strictly before this token already covers top_p
+    return probs.scatter(-1, order, sorted_p.masked_fill(outside, 0.0))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the fast engine
+
+
+def fast_path_unsupported(model) -> str | None:
+    """Why :class:`FastLlama` cannot run `model` (None when it can): Llama architecture with static RoPE only."""
+    cfg = model.config
+    if type(model).__name__ != "LlamaForCausalLM" or getattr(cfg, "model_type", None) != "llama":
+        return f"model type {type(model).__name__}"
+    if getattr(cfg, "hidden_act", None) != "silu":
+        return f"hidden_act {cfg.hidden_act!r}"
+    rope_type = getattr(model.model.rotary_emb, "rope_type", None)
+    if rope_type not in FAST_ROPE_TYPES:
+        return f"rope type {rope_type!r}"
+    return None
+
+
+class FastLlama:
+    """Batched Llama decoding over a preallocated KV cache, with the weights of an HF ``LlamaForCausalLM``.
+
+    The weights are rearranged once at construction (a copy: build a new engine after an optimizer step):
+    q|k|v and gate|up are concatenated (one matmul each); the gains of the two RMSNorms inside each layer are folded
+    into the matmul that follows them (``W (g * x) == (W diag g) x``; the final norm's is not, as its matmul may be
+    the large tied embedding); and the rows of q and k are permuted so that the pairs RoPE rotates together (dims j
+    and j + D/2, HF's ``rotate_half``) sit next to each other: RoPE becomes one complex multiply. q and k are
+    permuted alike, so every score q.k, hence the output, is unchanged; only the cached keys differ from HF's.
+
+    ``prefill(ids, mask)`` fills cache slots ``[0, P)``; each ``step(tokens)`` appends one slot. ``bias``
+    (N, max_len) is 0 on the slots a row may attend to (its real prompt tokens and all it generated), -inf
+    elsewhere; ``pos`` (N,) is the position id of each row's next token.
+    """
+
+    def __init__(self, model, batch: int, max_len: int):
+        cfg, inner = model.config, model.model
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.eps = cfg.rms_norm_eps
+        self.embed = inner.embed_tokens.weight.detach()
+        self.layers = [_fuse(layer, self.heads, self.kv_heads, self.head_dim)
+                       for layer in inner.layers[: cfg.num_hidden_layers]]
+        self.final_gain = inner.norm.weight.detach()  # not folded: the LM head may be the (large) tied embedding
+        self.lm_head = (model.lm_head.weight.detach(), _bias(model.lm_head))
+        w = self.embed
+        self.upcast = w.dtype != torch.float32  # RMSNorm and RoPE run in float32, as in HF
+        self._use_cache(torch.zeros(len(self.layers), 2, batch, self.kv_heads, max_len, self.head_dim,
+                                    dtype=w.dtype, device=w.device))
+        self.bias = torch.full((batch, max_len), float("-inf"), dtype=w.dtype, device=w.device)
+        self.pos = torch.zeros(batch, dtype=torch.long, device=w.device)
+        self.length = 0
+        self.cis = _rope_cis(inner.rotary_emb, max_len, w.device)  # (max_len, D/2) complex64
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Run the left-padded prompts; ids, mask: (N, P) -> next-token logits (N, V)."""
+        n, p = ids.shape
+        pos = position_ids(mask)  # (N, P)
+        self.bias[:, :p].masked_fill_(mask.bool(), 0.0)
+        causal = torch.ones(p, p, dtype=torch.bool, device=ids.device).tril()
+        eye = torch.eye(p, dtype=torch.bool, device=ids.device)
+        attn_mask = ((causal & mask.bool()[:, None, :]) | eye)[:, None]  # (N, 1, P, P); eye: pads see themselves
+        cis = self.cis[pos][:, :, None]  # (N, P, 1, D/2)
+        x = F.embedding(ids, self.embed)  # (N, P, hidden)
+        for i, layer in enumerate(self.layers):
+            qkv = F.linear(self._norm(x), layer.wqkv, layer.bqkv).view(n, p, -1, self.head_dim)
+            q, k, v = (t.transpose(1, 2) for t in self._split_rotate(qkv, cis))  # (N, heads | kv_heads, P, D)
+            self.keys[i][:, :, :p] = k
+            self.values[i][:, :, :p] = v
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=self.kv_heads != self.heads)
+            x = x + F.linear(a.transpose(1, 2).reshape(n, p, -1), layer.wo, layer.bo)
+            x = x + self._mlp(layer, x)
+        self.length, self.pos = p, pos[:, -1] + 1
+        return F.linear(self._norm(x[:, -1]) * self.final_gain, *self.lm_head)
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Append one token per row; tokens: (N,) -> next-token logits (N, V)."""
+        n, t = tokens.shape[0], self.length
+        self.bias[:, t] = 0.0
+        bias = self.bias[:, None, None, : t + 1]  # (N, 1, 1, t+1)
+        cis = self.cis[self.pos][:, None]  # (N, 1, D/2)
+        # the query heads of one kv head sit next to each other (HF repeat_kv order): treat them as G queries
+        group_shape = (n, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
+        x = F.embedding(tokens, self.embed)  # (N, hidden)
+        for i, layer in enumerate(self.layers):
+            qkv = F.linear(self._norm(x), layer.wqkv, layer.bqkv).view(n, -1, self.head_dim)
+            q, k, v = self._split_rotate(qkv, cis)  # (N, heads | kv_heads, D)
+            self.keys[i].select(2, t).copy_(k)
+            self.values[i].select(2, t).copy_(v)
+            keys, values = self.keys[i].narrow(2, 0, t + 1), self.values[i].narrow(2, 0, t + 1)  # (N, kv, t+1, D)
+            a = F.scaled_dot_product_attention(q.reshape(group_shape), keys, values, attn_mask=bias)  # (N, kv, G, D)
+            x = x + F.linear(a.reshape(n, -1), layer.wo, layer.bo)
+            x = x + self._mlp(layer, x)
+        self.length, self.pos = t + 1, self.pos + 1
+        return F.linear(self._norm(x) * self.final_gain, *self.lm_head)
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Drop every row not in `rows` (indices into the current batch), shrinking the cache (filled part only)."""
+        t = self.length
+        cache = torch.zeros_like(self.cache[:, :, : len(rows)])
+        cache[..., :t, :] = self.cache[:, :, rows, :, :t]
+        self._use_cache(cache)
+        self.bias, self.pos = self.bias[rows], self.pos[rows]
+
+    def _use_cache(self, cache: torch.Tensor) -> None:
+        """Adopt `cache` (layers, 2, N, kv_heads, max_len, D) and its per-layer key/value views (N, kv, max_len, D)."""
+        self.cache = cache
+        self.keys, self.values = list(cache[:, 0].unbind(0)), list(cache[:, 1].unbind(0))
+
+    def _split_rotate(self, qkv, cis):
+        """qkv: (..., heads + 2 kv_heads, D) -> q, k (rotated by one complex multiply), v along dim -2."""
+        h, kv = self.heads, self.kv_heads
+        qk = qkv[..., : h + kv, :]
+        pairs = torch.view_as_complex((qk.float() if self.upcast else qk).unflatten(-1, (-1, 2)))  # (.., h+kv, D/2)
+        qk = torch.view_as_real(pairs * cis).flatten(-2)
+        qk = qk.to(qkv.dtype) if self.upcast else qk
+        return qk[..., :h, :], qk[..., h:, :], qkv[..., h + kv:, :]
+
+    def _norm(self, x):
+        """RMSNorm without its gain (folded into the next matmul): x / sqrt(mean(x^2) + eps), in float32 as HF."""
+        h = x.float() if self.upcast else x
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True).add_(self.eps))
+        return h.to(x.dtype) if self.upcast else h
+
+    def _mlp(self, layer, x):
+        gate, up = F.linear(self._norm(x), layer.wgu, layer.bgu).chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, layer.wd, layer.bd)
+
+
+@dataclass(frozen=True)
+class _Fused:
+    """One decoder layer's weights for :class:`FastLlama` (biases may be None)."""
+
+    wqkv: torch.Tensor  # (q|k|v out, hidden): RoPE pairs adjacent in q and k, input RMSNorm gain folded in
+    bqkv: torch.Tensor | None
+    wo: torch.Tensor
+    bo: torch.Tensor | None
+    wgu: torch.Tensor  # (gate|up out, hidden): post-attention RMSNorm gain folded in
+    bgu: torch.Tensor | None
+    wd: torch.Tensor
+    bd: torch.Tensor | None
+
+
+def _fuse(layer, heads: int, kv_heads: int, head_dim: int) -> _Fused:
+    att, mlp = layer.self_attn, layer.mlp
+    half = head_dim // 2
+    pair = torch.stack([torch.arange(half), torch.arange(half) + half], dim=-1).flatten()  # 0, D/2, 1, D/2+1, ...
+    q_rows = (torch.arange(heads)[:, None] * head_dim + pair).flatten()
+    k_rows = (torch.arange(kv_heads)[:, None] * head_dim + pair).flatten()
+    w, b = _cat_linear(att.q_proj, att.k_proj, att.v_proj, rows=(q_rows, k_rows, None))
+    wgu, bgu = _cat_linear(mlp.gate_proj, mlp.up_proj)
+    g1, g2 = layer.input_layernorm.weight.detach(), layer.post_attention_layernorm.weight.detach()
+    return _Fused(w * g1, b, att.o_proj.weight.detach(), _bias(att.o_proj), wgu * g2, bgu,
+                  mlp.down_proj.weight.detach(), _bias(mlp.down_proj))
+
+
+def _cat_linear(*linears, rows=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Weights (and biases, zeros where missing) of `linears` stacked along the output dim, each reindexed by rows."""
+    rows = rows or (None,) * len(linears)
+    ws, bs = [], []
+    for m, r in zip(linears, rows, strict=True):
+        w, b = m.weight.detach(), _bias(m)
+        b = torch.zeros_like(w[:, 0]) if b is None else b
+        ws.append(w if r is None else w[r])
+        bs.append(b if r is None else b[r])
+    no_bias = all(m.bias is None for m in linears)
+    return torch.cat(ws), None if no_bias else torch.cat(bs)
+
+
+def _bias(linear) -> torch.Tensor | None:
+    return None if linear.bias is None else linear.bias.detach()
+
+
+def _rope_cis(rotary, max_len: int, device) -> torch.Tensor:
+    """(max_len, D/2) complex: scaling * exp(i * pos * inv_freq), the cos/sin of HF's rotary module as one number."""
+    pos = torch.arange(max_len, device=device, dtype=torch.float32)
+    freqs = pos[:, None] * rotary.inv_freq.to(device=device, dtype=torch.float32)[None]
+    return torch.complex(freqs.cos() * rotary.attention_scaling, freqs.sin() * rotary.attention_scaling)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the generic engine
+
+
+class HFDecoder:
+    """Any HF causal LM through its own forward: ``DynamicCache``, 2D padding mask, explicit position ids."""
+
+    def __init__(self, model, batch: int, max_len: int):
+        from transformers import DynamicCache
+
+        self.model, self.cache = model, DynamicCache(config=model.config)
+        self.mask = torch.zeros(batch, 0, dtype=torch.long, device=model.device)
+        self.pos = torch.zeros(batch, dtype=torch.long, device=model.device)
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """ids, mask: (N, P) -> next-token logits (N, V)."""
+        pos = position_ids(mask)
+        self.mask, self.pos = mask.long(), pos[:, -1] + 1
+        return self._forward(ids, pos)
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens: (N,) -> next-token logits (N, V)."""
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        logits = self._forward(tokens[:, None], self.pos[:, None])
+        self.pos = self.pos + 1
+        return logits
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.cache.batch_select_indices(rows)
+        self.mask, self.pos = self.mask[rows], self.pos[rows]
+
+    def _forward(self, ids, pos):
+        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos, cache=self.cache,
+                         use_cache=True, logits_to_keep=1)
+        self.cache = out.cache
+        return out.logits[:, -1]
+
+
+ENGINES = {"fast": FastLlama, "hf": HFDecoder}
+
+
+def make_engine(model, batch: int, max_len: int, engine: str = "auto"):
+    """The named engine (``fast`` | ``hf``), or for ``auto`` the fast one when the model supports it."""
+    if engine == "auto":
+        engine = "hf" if fast_path_unsupported(model) else "fast"
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; valid: auto, {', '.join(ENGINES)}")
+    if engine == "fast" and (why := fast_path_unsupported(model)):
+        raise ValueError(f"engine 'fast' does not support this model: {why}")
+    return ENGINES[engine](model, batch, max_len)

@@ -1,0 +1,11 @@
+"""Training: the accelerate loop shared by the base, continual-pretraining and SFT stages, and what they need.
+
+loop.train(model, loop, make_batch, n_rows, seed, accelerator, ckpt_dir, fingerprint, log) -> (model, LoopState)
+loop.make_accelerator(device)                  CPU or GPU; the same code under accelerate launch / torchrun (DDP)
+data.StepSchedule / pack_docs / sft_examples   deterministic step -> rows schedule, packed blocks, SFT examples
+checkpoint.save / latest / fingerprint         atomic resumable checkpoints (model, optimizer, scheduler, RNG, step)
+evaluate.heldout_nll / generate                held-out NLL / perplexity, batched left-padded generation
+probe.accuracy_probe                           greedy accuracy and pass@k through dsmath.rewards
+recipes.base / recipes.pretrain / sft.sft      the stages as functions: params -> Outcome(model, metrics, ...)
+report.run_training_stage                      accelerator + MLflow run + recipe + outputs (models, metrics, plots)
+"""

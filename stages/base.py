@@ -1,0 +1,17 @@
+"""DVC stage `base`: the "coder base" (code pretraining from scratch), or a pretrained model passed through."""
+
+from __future__ import annotations
+
+from dsmath.config import Params
+from dsmath.stage import run_stage
+from dsmath.train import recipes, report
+
+
+def main(params: Params) -> None:
+    sections = {"common.seed": params.common.seed, "model": params.model.model_dump()}
+    sections["base"] = params.base.model_dump()
+    report.run_training_stage(params, "base", recipes.base, sections)
+
+
+if __name__ == "__main__":
+    run_stage(main)

@@ -1,0 +1,201 @@
+"""The supervised stages on the smoke profile: tokenizer -> base -> pretrain -> sft, in a temporary directory.
+
+Checks outputs (loadable models, metrics, loss curves), the MLflow runs, rerun determinism, kill -9 and resume,
+2-process DDP against 1 process, and (slow) the real SmolLM2 profile.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, smoke_params, write_params
+
+from dsmath.stage import run_stage
+from stages import base, corpus, pretrain, sft, tokenizer
+
+TRAINING = ("base", "pretrain", "sft")
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "DSMATH_PARENT_RUN_ID")}
+    return env | {"PYTHONPATH": str(ROOT), "MLFLOW_ENABLE_ASYNC_LOGGING": "false"}
+
+
+def _digest(model_dir: Path) -> str:
+    return hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
+
+
+def _metrics(tmp: Path, stage: str) -> dict:
+    return json.loads((tmp / "metrics" / f"{stage}.json").read_text())
+
+
+def _curve(tmp: Path, stage: str) -> list[dict]:
+    return list(csv.DictReader((tmp / "plots" / f"{stage}.csv").open()))
+
+
+def _copy_inputs(src: Path, dst: Path, *folders: str) -> None:
+    for folder in folders:
+        shutil.copytree(src / folder, dst / folder)
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """The smoke corpus plus all four supervised stages, run once in-process; returns the temporary directory."""
+    tmp = tmp_path_factory.mktemp("supervised")
+    saved = {k: os.environ.pop(k, None) for k in ("MLFLOW_TRACKING_URI", "DSMATH_PARENT_RUN_ID")}
+    params = str(write_params(tmp, smoke_params(tmp)))
+    cwd = os.getcwd()
+    os.chdir(tmp)
+    try:
+        for stage in (corpus, tokenizer, base, pretrain, sft):
+            run_stage(stage.main, ["--params", params])
+    finally:
+        os.chdir(cwd)
+        os.environ.update({k: v for k, v in saved.items() if v is not None})
+    return tmp
+
+
+def test_every_output_loads_with_auto_classes(chain):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(chain / "models" / "tokenizer")
+    assert tok("1234", add_special_tokens=False)["input_ids"] == [tok.convert_tokens_to_ids(c) for c in "1234"]
+    for stage in TRAINING:
+        model = AutoModelForCausalLM.from_pretrained(chain / "models" / stage)
+        assert model.config.vocab_size == len(tok)
+        assert AutoTokenizer.from_pretrained(chain / "models" / stage).eos_token == tok.eos_token
+        assert (chain / "checkpoints" / stage).is_dir()
+
+
+def test_metrics_and_curves_show_learning(chain):
+    for stage in TRAINING:
+        m, curve = _metrics(chain, stage), _curve(chain, stage)
+        assert m["steps"] == len(curve) * 5 and m["tokens_per_s"] > 0 and 0 < m["mfu"] < 5 and m["wall_seconds"] > 0
+        assert float(curve[-1]["loss"]) < float(curve[0]["loss"])
+    pre = _metrics(chain, "pretrain")
+    assert pre["heldout_after_ppl"] < pre["heldout_before_ppl"]  # continual pretraining lowers math perplexity
+    s = _metrics(chain, "sft")
+    assert s["probe_problems"] == 16 and 0 <= s["greedy_acc"] <= 1 and s["greedy_acc"] <= s["pass_at_4"] + 1e-9
+    assert s["heldout_loss"] > 0 and s["train_examples"] > 0
+
+
+def test_mlflow_runs_hold_params_step_metrics_curve_and_model(chain):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    mlflow.set_tracking_uri(f"sqlite:///{chain}/mlflow.db")
+    exp_id = mlflow.get_experiment_by_name("dsmath-test").experiment_id
+    runs = {r.info.run_name: r for r in mlflow.search_runs([exp_id], output_format="list")}
+    assert {"tokenizer", *TRAINING} <= set(runs)
+    client = MlflowClient()
+    for stage in TRAINING:
+        run = runs[stage]
+        assert run.data.params[f"{stage}.train.max_steps"] == str(_metrics(chain, stage)["steps"])
+        history = client.get_metric_history(run.info.run_id, f"{stage}/loss")
+        assert [h.step for h in history] == [int(r["step"]) for r in _curve(chain, stage)]
+        assert {f"{stage}/lr", f"{stage}/grad_norm", f"{stage}/tokens_per_s"} <= set(run.data.metrics)
+        files = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {f"{stage}_loss.png", f"{stage}.csv", f"{stage}.json"} <= files
+        logged = mlflow.search_logged_models([exp_id], f"source_run_id = '{run.info.run_id}'", output_format="list")
+        assert logged and "transformers" in mlflow.models.get_model_info(logged[0].model_uri).flavors
+
+
+def test_same_params_same_seed_identical_weights(chain, tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    _copy_inputs(chain, tmp_path, "data", "models/tokenizer")
+    monkeypatch.chdir(tmp_path)
+    run_stage(base.main, ["--params", str(write_params(tmp_path, smoke_params(tmp_path)))])
+    assert _digest(tmp_path / "models" / "base") == _digest(chain / "models" / "base")
+
+
+def _pretrain_cmd(tmp: Path, **overrides) -> list[str]:
+    raw = smoke_params(tmp, **overrides)
+    return [sys.executable, "-m", "stages.pretrain", "--params", str(write_params(tmp, raw))]
+
+
+@pytest.mark.slow
+def test_kill_9_then_rerun_continues_from_checkpoint_to_the_same_weights(chain, tmp_path):
+    long_run = {"pretrain.train.max_steps": 240, "pretrain.train.checkpoint_every": 20}
+    ref, killed = tmp_path / "ref", tmp_path / "killed"
+    for d in (ref, killed):
+        _copy_inputs(chain, d, "data", "models/base")
+    subprocess.run(_pretrain_cmd(ref, **long_run), cwd=ref, env=_env(ref), check=True, capture_output=True)
+
+    proc = subprocess.Popen(
+        _pretrain_cmd(killed, **long_run),
+        cwd=killed,
+        env=_env(killed),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while not list((killed / "checkpoints" / "pretrain").glob("step-*")) and time.time() < deadline:
+        assert proc.poll() is None, "the run ended before its first checkpoint"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "models" / "pretrain").exists()  # really killed mid-run
+
+    subprocess.run(_pretrain_cmd(killed, **long_run), cwd=killed, env=_env(killed), check=True, capture_output=True)
+    m = _metrics(killed, "pretrain")
+    assert 20 <= m["resumed_from_step"] < 240 and m["steps"] == 240
+    assert _digest(killed / "models" / "pretrain") == _digest(ref / "models" / "pretrain")
+    assert [r["loss"] for r in _curve(killed, "pretrain")] == [r["loss"] for r in _curve(ref, "pretrain")]
+
+
+@pytest.mark.slow
+def test_two_process_ddp_matches_one_process(chain, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    settings = {"common.num_threads": 1, "pretrain.train.max_steps": 20, "pretrain.train.checkpoint_every": 0}
+    for d in (one, two):
+        _copy_inputs(chain, d, "data", "models/base")
+    cmd = _pretrain_cmd(one, **settings)
+    subprocess.run(cmd, cwd=one, env=_env(one), check=True, capture_output=True)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    ddp = subprocess.run(
+        torchrun + _pretrain_cmd(two, **settings)[1:], cwd=two, env=_env(two), capture_output=True, text=True
+    )
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    loss_one = [float(r["loss"]) for r in _curve(one, "pretrain")]
+    loss_two = [float(r["loss"]) for r in _curve(two, "pretrain")]
+    assert len(loss_one) == len(loss_two) == 4
+    torch.testing.assert_close(torch.tensor(loss_two), torch.tensor(loss_one), rtol=1e-4, atol=1e-4)
+    w1, w2 = (load_file(d / "models" / "pretrain" / "model.safetensors") for d in (one, two))
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-3, atol=1e-4)
+    assert _metrics(two, "pretrain")["tokens"] == _metrics(one, "pretrain")["tokens"]
+
+
+@pytest.mark.slow
+def test_smollm2_profile_runs_every_stage_for_a_few_steps(chain, tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    _copy_inputs(chain, tmp_path, "data")
+    raw = yaml.safe_load((ROOT / "configs" / "smollm2.yaml").read_text())
+    smoke = smoke_params(tmp_path)
+    raw["common"]["paths"], raw["common"]["tracking"] = smoke["common"]["paths"], smoke["common"]["tracking"]
+    params = str(write_params(tmp_path, raw))
+    monkeypatch.chdir(tmp_path)
+    for stage in (tokenizer, base, pretrain, sft):
+        run_stage(stage.main, ["--params", params])
+    assert _metrics(tmp_path, "tokenizer")["vocab_size"] == 49152
+    assert _metrics(tmp_path, "base")["params"] > 100_000_000
+    pre = _metrics(tmp_path, "pretrain")
+    assert pre["steps"] == raw["pretrain"]["train"]["max_steps"] and pre["heldout_after_ppl"] > 1
+    assert "greedy_acc" in _metrics(tmp_path, "sft")
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "models" / "sft").config.model_type == "llama"

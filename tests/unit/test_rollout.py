@@ -1,0 +1,387 @@
+"""Rollout sampler: padding invariance, stopping, determinism, log-prob consistency, fast engine vs HF, tool mode."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from dsmath.rl.rollout import (
+    Rollout,
+    ToolMode,
+    closed_code_block,
+    left_pad,
+    sample,
+    sequence_logprobs,
+    tool_output_block,
+)
+from dsmath.rl.sampler import FastLlama, HFDecoder, _nucleus, fast_path_unsupported, position_ids, sample_next
+
+PAD, EOS = 0, 1
+ENGINES = ["fast", "hf"]
+
+
+def tiny_llama(seed: int = 0, **overrides) -> LlamaForCausalLM:
+    """A 2-layer GQA Llama with random (not identity) norm gains, so the fast engine's weight folding is exercised."""
+    cfg = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=128, pad_token_id=PAD, eos_token_id=EOS,
+               bos_token_id=None, tie_word_embeddings=True, initializer_range=0.2)
+    cfg.update(overrides)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**cfg)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+@pytest.fixture(scope="module")
+def model() -> LlamaForCausalLM:
+    return tiny_llama()
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> GPT2LMHeadModel:
+    """Learned absolute positions: unlike RoPE (shift-invariant), wrong position ids under padding show up here."""
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=128, pad_token_id=PAD,
+                     eos_token_id=EOS, bos_token_id=None, initializer_range=0.3)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def prompts_of(lengths, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(2, 96, (n,), generator=g).tolist() for n in lengths]
+
+
+def greedy(model, prompts, engine, n=12, **kw) -> Rollout:
+    return sample(model, prompts, max_new_tokens=n, eos_token_id=kw.pop("eos", []), pad_token_id=PAD,
+                  temperature=0.0, engine=engine, **kw)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# padding, positions
+
+
+def test_left_pad_and_position_ids():
+    ids, mask = left_pad([[5, 6, 7], [8]], pad_token_id=0)
+    torch.testing.assert_close(ids, torch.tensor([[5, 6, 7], [0, 0, 8]]))
+    torch.testing.assert_close(mask, torch.tensor([[1, 1, 1], [0, 0, 1]]))
+    # real tokens count 0, 1, 2 ...; pads get 0
+    torch.testing.assert_close(position_ids(mask), torch.tensor([[0, 1, 2], [0, 0, 0]]))
+    with pytest.raises(ValueError, match="at least one token"):
+        left_pad([[1], []], 0)
+
+
+@pytest.mark.parametrize(("arch", "engine"), [("llama", "fast"), ("llama", "hf"), ("gpt2", "auto")])
+def test_left_padding_invariance(request, arch, engine):
+    """A prompt alone and the same prompt padded next to a longer one continue identically."""
+    model = request.getfixturevalue({"llama": "model", "gpt2": "gpt2"}[arch])
+    short, long = prompts_of([4, 15])
+    alone = greedy(model, [short], engine)
+    batch = greedy(model, [long, short], engine)
+    torch.testing.assert_close(batch.completion_ids[1], alone.completion_ids[0], rtol=0, atol=0)
+    torch.testing.assert_close(batch.logprobs[1], alone.logprobs[0], rtol=0, atol=1e-5)
+    assert batch.prompt_mask[1].tolist() == [0] * 11 + [1] * 4
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engines_agree(model, engine):
+    ref = greedy(model, prompts_of([3, 9, 6]), "hf")
+    got = greedy(model, prompts_of([3, 9, 6]), engine)
+    torch.testing.assert_close(got.completion_ids, ref.completion_ids, rtol=0, atol=0)
+    torch.testing.assert_close(got.logprobs, ref.logprobs, rtol=0, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# stopping and masks
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_eos_stops_and_masks(model, engine):
+    prompts = prompts_of([5, 8, 3])
+    free = greedy(model, prompts, engine)  # no EOS: every row runs the full 12 tokens
+    eos = int(free.completion_ids[0, 3])  # make row 0's 4th token the EOS
+    r = greedy(model, prompts, engine, eos=eos)
+    for i in range(3):
+        hits = (free.completion_ids[i] == eos).nonzero().flatten().tolist()
+        n = hits[0] + 1 if hits else 12  # up to and including the first EOS
+        assert r.completion_mask[i].tolist() == [1] * n + [0] * (r.completion_ids.shape[1] - n)
+        assert r.completion_ids[i, :n].tolist() == free.completion_ids[i, :n].tolist()
+        assert set(r.completion_ids[i, n:].tolist()) <= {PAD}
+        assert bool(r.finished[i]) == bool(hits)
+        assert (r.logprobs[i, n:] == 0).all()
+    assert int(r.completion_mask[0].sum()) <= 4
+    torch.testing.assert_close(r.loss_mask, r.completion_mask)  # no tool tokens
+    assert r.tool_calls.tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_max_new_tokens_respected(model, engine):
+    r = sample(model, prompts_of([4, 7]), max_new_tokens=5, eos_token_id=[], pad_token_id=PAD,
+               generator=torch.Generator().manual_seed(0), engine=engine)
+    assert r.completion_ids.shape == (2, 5)
+    assert r.completion_mask.sum().item() == 10 and not r.finished.any()
+
+
+def test_all_rows_finish_early_trims_width(model):
+    prompts = prompts_of([5, 6])
+    free = greedy(model, prompts, "fast", n=4)
+    # both rows' first tokens are EOS: the rollout is one token wide
+    r = greedy(model, prompts, "fast", n=20, eos=free.completion_ids[:, 0].tolist())
+    assert r.completion_ids.shape == (2, 1) and r.finished.all()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_compaction_does_not_change_results(model, engine):
+    """Dropping finished rows from the batch (every step vs never) changes nothing for the rows still running."""
+    prompts = prompts_of([5, 8, 3, 6, 4])
+    eos = greedy(model, prompts, engine).completion_ids[:, 2].tolist()[:3]  # several rows stop early
+    always = greedy(model, prompts, engine, eos=eos, compact_frac=0.0)
+    never = greedy(model, prompts, engine, eos=eos, compact_frac=1.0)
+    assert always.finished.any() and not always.finished.all()
+    torch.testing.assert_close(always.completion_ids, never.completion_ids, rtol=0, atol=0)
+    torch.testing.assert_close(always.logprobs, never.logprobs, rtol=0, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# sampling
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_seeded_determinism(model, engine):
+    def run(seed):
+        return sample(model, prompts_of([4, 9, 6]), max_new_tokens=10, eos_token_id=EOS, pad_token_id=PAD,
+                      temperature=1.0, top_p=0.9, generator=torch.Generator().manual_seed(seed), engine=engine)
+
+    a, b, c = run(3), run(3), run(4)
+    torch.testing.assert_close(a.completion_ids, b.completion_ids, rtol=0, atol=0)
+    torch.testing.assert_close(a.logprobs, b.logprobs, rtol=0, atol=0)
+    assert not torch.equal(a.completion_ids, c.completion_ids)
+
+
+def test_tiny_top_p_is_greedy(model):
+    prompts = prompts_of([4, 9])
+    g = greedy(model, prompts, "fast")
+    r = sample(model, prompts, max_new_tokens=12, eos_token_id=[], pad_token_id=PAD, temperature=1.0, top_p=1e-6,
+               generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(r.completion_ids, g.completion_ids, rtol=0, atol=0)
+    # log-probs are of the temperature-1 distribution before truncation, so the same as greedy's (not 0)
+    torch.testing.assert_close(r.logprobs, g.logprobs, rtol=0, atol=1e-5)
+    assert (r.logprobs < 0).all()
+
+
+def test_nucleus_hand_computed():
+    # mass before each token (sorted): 0, .5, .8, .95 -> with top_p .75 the 3rd and 4th are outside
+    probs = torch.tensor([[0.15, 0.5, 0.05, 0.3]])
+    torch.testing.assert_close(_nucleus(probs, 0.75), torch.tensor([[0.0, 0.5, 0.0, 0.3]]))
+    torch.testing.assert_close(_nucleus(probs, 1e-9), torch.tensor([[0.0, 0.5, 0.0, 0.0]]))
+
+
+def test_sample_next_draws_from_the_distribution():
+    # 20000 draws from softmax([0, log 3, -inf]) = (.25, .75, 0): counts within ~4.5 sigma (sigma = sqrt(n p q) = 61)
+    logits = torch.tensor([[0.0, float(torch.log(torch.tensor(3.0))), -float("inf")]]).expand(20000, 3)
+    tokens, logps = sample_next(logits, 1.0, 1.0, torch.Generator().manual_seed(0))
+    counts = torch.bincount(tokens, minlength=3)
+    assert counts[2] == 0 and abs(int(counts[1]) - 15000) < 280
+    lp1 = logps[tokens == 1]
+    torch.testing.assert_close(lp1, torch.full_like(lp1, float(torch.log(torch.tensor(0.75)))))
+    # temperature 2 flattens to softmax([0, log 3] / 2) = (1 / (1 + sqrt 3), sqrt 3 / (1 + sqrt 3)) = (.366, .634)
+    tokens, _ = sample_next(logits, 2.0, 1.0, torch.Generator().manual_seed(0))
+    assert abs(int((tokens == 1).sum()) - 12679) < 310
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# log-probs: sampling pass == scoring pass (what lets the sampler's log-probs serve as pi_old)
+
+
+@pytest.mark.parametrize(("arch", "engine"), [("llama", "fast"), ("llama", "hf"), ("gpt2", "auto")])
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+def test_sampled_logprobs_match_scoring_pass(request, arch, engine, temperature):
+    model = request.getfixturevalue({"llama": "model", "gpt2": "gpt2"}[arch])
+    def run(eos):
+        return sample(model, prompts_of([3, 11, 7, 5]), max_new_tokens=16, eos_token_id=eos, pad_token_id=PAD,
+                      temperature=temperature, top_p=0.9, generator=torch.Generator().manual_seed(1), engine=engine)
+
+    r = run([EOS, int(run([]).completion_ids[0, 3])])  # same draws: row 0 stops by its 4th token
+    assert r.finished.any()  # some rows stopped early: right padding inside the scored batch
+    scored = sequence_logprobs(model, r.input_ids, r.attention_mask, r.completion_ids.shape[1],
+                               temperature=temperature)
+    m = r.loss_mask.bool()
+    torch.testing.assert_close(scored[m], r.logprobs[m], rtol=0, atol=1e-4)
+
+
+def test_sequence_logprobs_differentiable(model):
+    ids, mask = left_pad(prompts_of([4, 7]), PAD)
+    lp = sequence_logprobs(model, ids, mask, 3)
+    assert lp.shape == (2, 3)
+    lp.sum().backward()
+    assert model.lm_head.weight.grad is not None and model.lm_head.weight.grad.abs().sum() > 0
+    model.zero_grad(set_to_none=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# fast engine == HF forward
+
+
+FAST_CONFIGS = {
+    "gqa-tied": {},
+    "mha-bias-untied-linear-rope-headdim": dict(num_key_value_heads=4, attention_bias=True, mlp_bias=True,
+                                                tie_word_embeddings=False, head_dim=16,
+                                                rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                                 "rope_theta": 500.0}),
+}
+
+
+@pytest.mark.parametrize("name", list(FAST_CONFIGS))
+def test_fast_engine_logits_match_hf(name):
+    """Prefill + 6 cached steps of the fast engine == a full uncached HF forward over the same left-padded batch."""
+    m = tiny_llama(seed=1, **FAST_CONFIGS[name])
+    assert fast_path_unsupported(m) is None
+    ids, mask = left_pad(prompts_of([3, 10, 6]), PAD)
+    with torch.no_grad():
+        eng = FastLlama(m, 3, ids.shape[1] + 6)
+        logits = [eng.prefill(ids, mask)]
+        steps = []
+        for _ in range(6):
+            steps.append(logits[-1].argmax(-1))
+            logits.append(eng.step(steps[-1]))
+        full_ids = torch.cat([ids, torch.stack(steps, 1)], 1)
+        full_mask = torch.cat([mask, torch.ones(3, 6, dtype=mask.dtype)], 1)
+        ref = m(input_ids=full_ids, attention_mask=full_mask, position_ids=position_ids(full_mask)).logits
+    torch.testing.assert_close(torch.stack(logits, 1), ref[:, ids.shape[1] - 1:], rtol=0, atol=1e-4)
+
+
+def test_hf_decoder_logits_match_full_forward(model):
+    ids, mask = left_pad(prompts_of([3, 8]), PAD)
+    with torch.no_grad():
+        dec = HFDecoder(model, 2, ids.shape[1] + 2)
+        first = dec.prefill(ids, mask)
+        nxt = dec.step(first.argmax(-1))
+        full_ids = torch.cat([ids, first.argmax(-1)[:, None]], 1)
+        full_mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], 1)
+        ref = model(input_ids=full_ids, attention_mask=full_mask, position_ids=position_ids(full_mask)).logits
+    torch.testing.assert_close(torch.stack([first, nxt], 1), ref[:, -2:], rtol=0, atol=1e-4)
+
+
+def test_other_architectures_fall_back_to_hf():
+    torch.manual_seed(0)
+    qwen = Qwen2ForCausalLM(Qwen2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                        pad_token_id=PAD, eos_token_id=EOS, bos_token_id=None)).eval()
+    assert "Qwen2ForCausalLM" in fast_path_unsupported(qwen)
+    with pytest.raises(ValueError, match="does not support"):
+        sample(qwen, [[5, 6]], max_new_tokens=2, eos_token_id=EOS, pad_token_id=PAD, engine="fast")
+    with pytest.raises(ValueError, match="valid: auto, fast, hf"):
+        sample(qwen, [[5, 6]], max_new_tokens=2, eos_token_id=EOS, pad_token_id=PAD, engine="vllm")
+    r = sample(qwen, prompts_of([3, 7]), max_new_tokens=6, eos_token_id=EOS, pad_token_id=PAD,
+               generator=torch.Generator().manual_seed(0))  # auto -> hf
+    scored = sequence_logprobs(qwen, r.input_ids, r.attention_mask, r.completion_ids.shape[1])
+    m = r.loss_mask.bool()
+    torch.testing.assert_close(scored[m], r.logprobs[m], rtol=0, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# tool-integrated mode: the text splice as pure functions
+
+
+def test_closed_code_block():
+    assert closed_code_block("Let me think.") is None
+    assert closed_code_block("Let me compute.\n```python\nprint(6 * 7)\n") is None  # still open
+    assert closed_code_block("Let me compute.\n```python\nprint(6 * 7)\n```") == "print(6 * 7)"
+    assert closed_code_block("```python\nx = 1\nprint(x)\n```\n") == "x = 1\nprint(x)"  # fence token with newline
+    # two blocks: the last one counts
+    assert closed_code_block("```python\na\n```\nthen\n```python\nb\n```") == "b"
+    assert closed_code_block("```python\na\n```\nthen\n```python\nb") is None
+
+
+def test_tool_output_block():
+    # docs/formats.md: ```python ... ``` then \n```output\n31\n```\n then the answer line
+    assert tool_output_block("```python\nprint(31)\n```", "31\n") == "\n```output\n31\n```\n"
+    assert tool_output_block("```python\nprint(31)\n```\n", "31") == "```output\n31\n```\n"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# tool-integrated mode: the loop, with a scripted "model" and a character tokenizer
+
+CHARS = ["<pad>", "<eos>"] + list("\n `abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789()*+-=.,:")
+
+
+class CharTokenizer:
+    """One token per character, and "<eos>" (id 1) as a special token; id 0 is pad."""
+
+    def __call__(self, text, add_special_tokens=False):
+        ids = []
+        for k, part in enumerate(text.split("<eos>")):
+            ids += ([EOS] if k else []) + [CHARS.index(c) for c in part]
+        return {"input_ids": ids}
+
+    def decode(self, ids):
+        return "".join(CHARS[i] for i in ids if i > 1)
+
+    def batch_decode(self, seqs):
+        return [self.decode(s) for s in seqs]
+
+
+class ScriptedLM(torch.nn.Module):
+    """Emits a fixed script per row: at position p (position id) the next token is script[p + 1].
+
+    The scripts contain the tool-output blocks exactly as the sampler must splice them; if the splice went wrong
+    the script and the rollout would disagree. Rows are identified at prefill (the test disables compaction).
+    """
+
+    def __init__(self, scripts: list[list[int]]):
+        super().__init__()
+        self.scripts = scripts
+        self.config = LlamaConfig(vocab_size=len(CHARS), hidden_size=8, num_hidden_layers=1, num_attention_heads=1)
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+        self.seen: list[int] = []
+
+    @property
+    def device(self):
+        return self.dummy.device
+
+    def forward(self, input_ids, attention_mask, position_ids, cache=None, use_cache=True, logits_to_keep=0):
+        nxt = [[s[min(int(p) + 1, len(s) - 1)] for p in row] for s, row in zip(self.scripts, position_ids, strict=True)]
+        logits = torch.full((*input_ids.shape, len(CHARS)), -30.0)
+        logits.scatter_(-1, torch.tensor(nxt)[..., None], 30.0)
+        self.seen.append(input_ids.shape[1])
+        return SimpleNamespace(logits=logits[:, -1:] if logits_to_keep else logits, cache=cache)
+
+
+@pytest.mark.parametrize("output", ["42", "4<eos>2"])  # an EOS inside tool output must not end the row
+def test_tool_mode_splices_output_and_masks_it(output):
+    tok = CharTokenizer()
+    prompts_text = ["Q1:", "Question 2:", "Q3:"]
+    block = f"\n```output\n{output}\n```\n"
+    completions = [
+        "Let me compute.\n```python\nprint(6*7)\n```" + block + "The answer is 42.",  # one call
+        "No code here.",  # no call
+        "```python\nprint(6*7)\n```" + block + "Again.\n```python\nprint(1)\n```\nDone.",  # 2nd block: over the cap
+    ]
+    expected = [tok(c)["input_ids"] + [EOS] for c in completions]
+    scripts = [tok(p)["input_ids"] + e for p, e in zip(prompts_text, expected, strict=True)]
+    calls: list[list[str]] = []
+
+    def tool_fn(codes):
+        calls.append(codes)
+        return [output + "\n" for _ in codes]
+
+    r = sample(ScriptedLM(scripts), [tok(p)["input_ids"] for p in prompts_text], max_new_tokens=80, eos_token_id=EOS,
+               pad_token_id=PAD, temperature=0.0, tool=ToolMode(tool_fn, tok, max_calls=1), compact_frac=1.0)
+
+    assert [row[m.bool()].tolist() for row, m in zip(r.completion_ids, r.completion_mask, strict=True)] == expected
+    assert r.finished.all() and r.tool_calls.tolist() == [1, 0, 1]
+    assert sorted(c for batch in calls for c in batch) == ["print(6*7)", "print(6*7)"]
+    block_len = len(tok(block)["input_ids"])
+    for i, text in enumerate(completions):
+        start = len(tok(text[: text.find(block)])["input_ids"]) if block in text else None
+        loss = [1] * len(expected[i])
+        if start is not None:
+            loss[start: start + block_len] = [0] * block_len
+        n = len(loss)
+        assert r.loss_mask[i, :n].tolist() == loss
+        assert (r.logprobs[i, :n][torch.tensor(loss) == 0] == 0).all()
