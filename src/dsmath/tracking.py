@@ -88,6 +88,11 @@ def dvc_dep_tags(stage: str, lock_path: str | os.PathLike = "dvc.lock") -> dict[
     return {f"dvc.dep.{d['path']}": str(d.get("md5", d.get("hash", ""))) for d in entry.get("deps", [])}
 
 
+def metric_key(name: str) -> str:
+    """An MLflow-legal metric name: `eval/synthetic/cot/maj@8` -> `eval/synthetic/cot/maj_at_8` (no '@' allowed)."""
+    return name.replace("@", "_at_")
+
+
 class StageRun:
     """An open MLflow run with buffered metric logging."""
 
@@ -103,7 +108,7 @@ class StageRun:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        self._buffer += [Metric(k, float(v), ts, int(step)) for k, v in metrics.items() if v is not None]
+        self._buffer += [Metric(metric_key(k), float(v), ts, int(step)) for k, v in metrics.items() if v is not None]
         if len(self._buffer) >= _BATCH:
             self.flush()
 
@@ -190,17 +195,23 @@ def stage_run(stage: str, params, sections: Mapping[str, Any] | None = None) -> 
 
 
 def latest_stage_run(stage: str, tracking_cfg):
-    """The newest run of `stage` that logged a model: in the current pipeline execution if there is one."""
+    """The newest run of `stage` that logged a model: in the current pipeline execution if it ran there, else the
+    newest anywhere in the experiment (a pipeline execution in which DVC skipped `stage` as up to date)."""
     mlflow = _mlflow()
     exp = mlflow.get_experiment_by_name(tracking_cfg.experiment)
     if exp is None:
         return None
-    filters = [f"tags.`dsmath.stage` = '{stage}'"]
+    base = f"tags.`dsmath.stage` = '{stage}'"
+    filters = [base]
     if os.environ.get(PARENT_ENV):
-        filters.append(f"tags.mlflow.parentRunId = '{os.environ[PARENT_ENV]}'")
-    runs = mlflow.search_runs([exp.experiment_id], " and ".join(filters), output_format="list",
-                              order_by=["attributes.start_time DESC"])
-    return next((r for r in runs if MODEL_URI_TAG in r.data.tags), None)
+        filters.insert(0, f"{base} and tags.mlflow.parentRunId = '{os.environ[PARENT_ENV]}'")
+    for f in filters:
+        runs = mlflow.search_runs([exp.experiment_id], f, output_format="list",
+                                  order_by=["attributes.start_time DESC"])
+        found = next((r for r in runs if MODEL_URI_TAG in r.data.tags), None)
+        if found is not None:
+            return found
+    return None
 
 
 def promote_champion(params, value: float | None, stage: str = "rl") -> bool:

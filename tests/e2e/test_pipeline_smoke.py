@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dsmath.tracking import metric_key
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 CHAIN = ["corpus", "tokenizer", "base", "evaluate@base", "pretrain", "evaluate@pretrain", "sft", "evaluate@sft", "rl",
@@ -151,7 +153,7 @@ def test_report_numbers_equal_metrics_files_and_mlflow(repo):
         run = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",
                                  filter_string=f"tags.`dsmath.stage` = 'evaluate@{model}'")[0]
         for col in cols:
-            assert run.data.metrics[f"eval/{col}"] == pytest.approx(metrics[col]), (model, col)
+            assert run.data.metrics[metric_key(f"eval/{col}")] == pytest.approx(metrics[col]), (model, col)
 
 
 def test_registered_model_loads_and_generates(repo):

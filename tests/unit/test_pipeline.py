@@ -37,3 +37,15 @@ def test_parent_and_child_runs_with_batched_metrics(tmp_path, monkeypatch):
         children["sft"].info.run_id, "sft/loss")
     assert len(history) == 1500 and history[-1].step == 1499
     assert tracking.PARENT_ENV not in __import__("os").environ
+
+
+def test_metric_names_are_made_mlflow_legal(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    params = parse_params({"common": {"tracking": {"experiment": "t", "uri": f"sqlite:///{tmp_path}/m.db",
+                                                   "artifacts": str(tmp_path / "art")}}})
+    with tracking.stage_run("evaluate@sft", params) as run:
+        run.log_metrics({"eval/synthetic/cot/maj@8": 0.5})
+    got = tracking.StageRun(run.run_id).client.get_run(run.run_id).data.metrics
+    assert got == {"eval/synthetic/cot/maj_at_8": 0.5}
+    assert tracking.metric_key("a/pass@16") == "a/pass_at_16"

@@ -125,6 +125,7 @@ def test_max_new_tokens_respected(model, engine):
                generator=torch.Generator().manual_seed(0), engine=engine)
     assert r.completion_ids.shape == (2, 5)
     assert r.completion_mask.sum().item() == 10 and not r.finished.any()
+    assert not any(t.is_inference() for t in vars(r).values())  # usable in the training graph (as constants)
 
 
 def test_all_rows_finish_early_trims_width(model):
