@@ -8,7 +8,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_HOME := $(CURDIR)/.prefect
 export MLFLOW_ENABLE_ASYNC_LOGGING := false
 
-.PHONY: setup repro test lint clean
+.PHONY: setup repro test test-all lint clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,9 @@ repro: setup
 	$(BIN)/python -m dsmath.pipeline
 
 test: setup
+	$(BIN)/pytest -q -m "not real_model"
+
+test-all: setup
 	$(BIN)/pytest -q
 
 lint: setup

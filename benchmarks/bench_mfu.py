@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -87,6 +88,7 @@ def main() -> None:
             f"(vs shaped {achieved / peak_shaped:.1%})"
         )
     summary = {
+        "load_avg_1m_at_end": os.getloadavg()[0],  # > 0.5 on 2 cores: other processes shared the CPU, numbers low
         "params_file": args.params,
         "threads": torch.get_num_threads(),
         "model_params": param_count(model),

@@ -181,6 +181,7 @@ def test_two_process_ddp_matches_one_process(chain, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.real_model
 def test_smollm2_profile_runs_every_stage_for_a_few_steps(chain, tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     _copy_inputs(chain, tmp_path, "data")
