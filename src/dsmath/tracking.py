@@ -149,6 +149,7 @@ class StageRun:
         mlflow = _mlflow()
         import transformers
 
+        model_dir = Path(model_dir).resolve()  # a relative path sends transformers to the hub first (~30 s retrying)
         model = transformers.AutoModelForCausalLM.from_pretrained(model_dir)
         tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
         info = mlflow.transformers.log_model(
