@@ -217,6 +217,7 @@ def test_sampled_logprobs_match_scoring_pass(request, arch, engine, temperature)
 
 def test_sequence_logprobs_differentiable(model):
     ids, mask = left_pad(prompts_of([4, 7]), PAD)
+    assert sequence_logprobs(model, ids, mask, 0).shape == (2, 0)  # nothing to score (not the whole row)
     lp = sequence_logprobs(model, ids, mask, 3)
     assert lp.shape == (2, 3)
     lp.sum().backward()
