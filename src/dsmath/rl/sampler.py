@@ -2,11 +2,12 @@
 
 Two engines share one interface (``prefill`` -> ``step`` -> ... with ``keep`` to drop finished rows):
 
-- :class:`FastLlama`: a compact Llama decoding forward of our own (RMSNorm, RoPE, GQA attention through
-  ``scaled_dot_product_attention``, SwiGLU) over the weights of an HF ``LlamaForCausalLM``, with keys/values in one
-  preallocated cache ``(layers, 2, N, kv_heads, max_len, head_dim)`` written in place. Per step, HF's own forward
-  copies the whole ``DynamicCache`` (``torch.cat``), builds a 4D mask and runs q, k, v, gate, up as separate
-  matmuls; at laptop scale that overhead is as large as the matmuls and attention reads this engine is left with.
+- :class:`FastLlama`: a compact Llama decoding forward of our own (RMSNorm, RoPE, GQA attention, SwiGLU) over the
+  weights of an HF ``LlamaForCausalLM``, keys/values in one preallocated cache
+  ``(layers, 2, N, kv_heads, max_len, head_dim)`` written in place. Per step, HF's own forward copies the whole
+  ``DynamicCache`` (``torch.cat``), builds a 4D mask, runs q, k, v, gate, up as separate matmuls and CPU SDPA
+  (slow for one query per row); what this engine is left with is the matmuls, the attention reads and ~165 small
+  eager ops.
 - :class:`HFDecoder`: the generic path for any causal LM (``DynamicCache``, an explicit 2D padding mask and
   position ids, ``logits_to_keep=1``), used when :func:`fast_path_unsupported` names a reason.
 
@@ -92,9 +93,12 @@ class FastLlama:
     and j + D/2, HF's ``rotate_half``) sit next to each other: RoPE becomes one complex multiply. q and k are
     permuted alike, so every score q.k, hence the output, is unchanged; only the cached keys differ from HF's.
 
-    ``prefill(ids, mask)`` fills cache slots ``[0, P)``; each ``step(tokens)`` appends one slot. ``bias``
-    (N, max_len) is 0 on the slots a row may attend to (its real prompt tokens and all it generated), -inf
-    elsewhere; ``pos`` (N,) is the position id of each row's next token.
+    ``prefill(ids, mask)`` fills cache slots ``[0, P)``; each ``step(tokens)`` appends one slot. The cache is
+    ``(layers, 2, N, kv_heads, max_len, D)``; a decoding step attends with two batched matmuls over the
+    ``(N * kv_heads, length, D)`` views of one layer's keys and values (faster than CPU SDPA for one query per
+    row). Only slots ``[0, length)`` are ever read, all of them written (pads too), so it starts uninitialised.
+    ``bias`` (N, max_len) is 0 on the slots a row may attend to (its real prompt tokens and all it generated),
+    -inf elsewhere; ``pos`` (N,) is the position id of each row's next token. q is pre-scaled by 1/sqrt(D).
     """
 
     def __init__(self, model, batch: int, max_len: int):
@@ -109,7 +113,7 @@ class FastLlama:
         self.lm_head = (model.lm_head.weight.detach(), _bias(model.lm_head))
         w = self.embed
         self.upcast = w.dtype != torch.float32  # RMSNorm and RoPE run in float32, as in HF
-        self._use_cache(torch.zeros(len(self.layers), 2, batch, self.kv_heads, max_len, self.head_dim,
+        self._use_cache(torch.empty(len(self.layers), 2, batch, self.kv_heads, max_len, self.head_dim,
                                     dtype=w.dtype, device=w.device))
         self.bias = torch.full((batch, max_len), float("-inf"), dtype=w.dtype, device=w.device)
         self.pos = torch.zeros(batch, dtype=torch.long, device=w.device)
@@ -119,6 +123,7 @@ class FastLlama:
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Run the left-padded prompts; ids, mask: (N, P) -> next-token logits (N, V)."""
         n, p = ids.shape
+        h, kv = self.heads, self.kv_heads
         pos = position_ids(mask)  # (N, P)
         self.bias[:, :p].masked_fill_(mask.bool(), 0.0)
         causal = torch.ones(p, p, dtype=torch.bool, device=ids.device).tril()
@@ -128,57 +133,64 @@ class FastLlama:
         x = F.embedding(ids, self.embed)  # (N, P, hidden)
         for i, layer in enumerate(self.layers):
             qkv = F.linear(self._norm(x), layer.wqkv, layer.bqkv).view(n, p, -1, self.head_dim)
-            q, k, v = (t.transpose(1, 2) for t in self._split_rotate(qkv, cis))  # (N, heads | kv_heads, P, D)
-            self.keys[i][:, :, :p] = k
-            self.values[i][:, :, :p] = v
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=self.kv_heads != self.heads)
+            self._rotate_(qkv, cis)
+            q, k, v = qkv.transpose(1, 2).split((h, kv, kv), dim=1)  # (N, heads | kv_heads, P, D)
+            self.cache[i, 0, :, :, :p] = k
+            self.cache[i, 1, :, :, :p] = v
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=kv != h, scale=1.0)
             x = x + F.linear(a.transpose(1, 2).reshape(n, p, -1), layer.wo, layer.bo)
-            x = x + self._mlp(layer, x)
+            gate, up = F.linear(self._norm(x), layer.wgu, layer.bgu).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate).mul_(up), layer.wd, layer.bd)
         self.length, self.pos = p, pos[:, -1] + 1
         return F.linear(self._norm(x[:, -1]) * self.final_gain, *self.lm_head)
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Append one token per row; tokens: (N,) -> next-token logits (N, V)."""
         n, t = tokens.shape[0], self.length
+        h, kv = self.heads, self.kv_heads
         self.bias[:, t] = 0.0
-        bias = self.bias[:, None, None, : t + 1]  # (N, 1, 1, t+1)
+        bias = self.bias[:, None, : t + 1].expand(n, kv, t + 1).reshape(n * kv, 1, t + 1)  # one row per kv head
         cis = self.cis[self.pos][:, None]  # (N, 1, D/2)
         # the query heads of one kv head sit next to each other (HF repeat_kv order): treat them as G queries
-        group_shape = (n, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
+        group_shape = (n * kv, h // kv, self.head_dim)
         x = F.embedding(tokens, self.embed)  # (N, hidden)
         for i, layer in enumerate(self.layers):
-            qkv = F.linear(self._norm(x), layer.wqkv, layer.bqkv).view(n, -1, self.head_dim)
-            q, k, v = self._split_rotate(qkv, cis)  # (N, heads | kv_heads, D)
-            self.keys[i].select(2, t).copy_(k)
-            self.values[i].select(2, t).copy_(v)
-            keys, values = self.keys[i].narrow(2, 0, t + 1), self.values[i].narrow(2, 0, t + 1)  # (N, kv, t+1, D)
-            a = F.scaled_dot_product_attention(q.reshape(group_shape), keys, values, attn_mask=bias)  # (N, kv, G, D)
-            x = x + F.linear(a.reshape(n, -1), layer.wo, layer.bo)
-            x = x + self._mlp(layer, x)
+            qkv = F.linear(self._norm(x), layer.wqkv, layer.bqkv).view(n, -1, self.head_dim)  # (N, h + 2 kv, D)
+            self._rotate_(qkv, cis)
+            keys, values = self.keys[i], self.values[i]  # (N * kv, max_len, D)
+            keys.select(1, t).copy_(qkv[:, h: h + kv].reshape(n * kv, -1))
+            values.select(1, t).copy_(qkv[:, h + kv:].reshape(n * kv, -1))
+            scores = torch.baddbmm(bias, qkv[:, :h].reshape(group_shape), keys[:, : t + 1].transpose(1, 2))
+            a = torch.bmm(torch.softmax(scores, dim=-1), values[:, : t + 1])  # (N * kv, G, D)
+            x = _add_linear(x, a.view(n, -1), layer.wo_t, layer.bo)
+            gate, up = F.linear(self._norm(x), layer.wgu, layer.bgu).chunk(2, dim=-1)
+            x = _add_linear(x, F.silu(gate).mul_(up), layer.wd_t, layer.bd)
         self.length, self.pos = t + 1, self.pos + 1
         return F.linear(self._norm(x) * self.final_gain, *self.lm_head)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Drop every row not in `rows` (indices into the current batch), shrinking the cache (filled part only)."""
         t = self.length
-        cache = torch.zeros_like(self.cache[:, :, : len(rows)])
+        cache = torch.empty_like(self.cache[:, :, : len(rows)])
         cache[..., :t, :] = self.cache[:, :, rows, :, :t]
         self._use_cache(cache)
         self.bias, self.pos = self.bias[rows], self.pos[rows]
 
     def _use_cache(self, cache: torch.Tensor) -> None:
-        """Adopt `cache` (layers, 2, N, kv_heads, max_len, D) and its per-layer key/value views (N, kv, max_len, D)."""
+        """Adopt `cache` (layers, 2, N, kv_heads, max_len, D) and its per-layer (N * kv_heads, max_len, D) views."""
+        n, kv, m, d = cache.shape[2:]
         self.cache = cache
-        self.keys, self.values = list(cache[:, 0].unbind(0)), list(cache[:, 1].unbind(0))
+        self.keys = [c.view(n * kv, m, d) for c in cache[:, 0].unbind(0)]
+        self.values = [c.view(n * kv, m, d) for c in cache[:, 1].unbind(0)]
 
-    def _split_rotate(self, qkv, cis):
-        """qkv: (..., heads + 2 kv_heads, D) -> q, k (rotated by one complex multiply), v along dim -2."""
-        h, kv = self.heads, self.kv_heads
-        qk = qkv[..., : h + kv, :]
-        pairs = torch.view_as_complex((qk.float() if self.upcast else qk).unflatten(-1, (-1, 2)))  # (.., h+kv, D/2)
-        qk = torch.view_as_real(pairs * cis).flatten(-2)
-        qk = qk.to(qkv.dtype) if self.upcast else qk
-        return qk[..., :h, :], qk[..., h:, :], qkv[..., h + kv:, :]
+    def _rotate_(self, qkv, cis) -> None:
+        """RoPE on the q and k heads of qkv (..., heads + 2 kv_heads, D), in place: one complex multiply by cis."""
+        qk = qkv[..., : self.heads + self.kv_heads, :]
+        if not self.upcast:
+            torch.view_as_complex(qk.unflatten(-1, (-1, 2))).mul_(cis)
+        else:
+            turned = torch.view_as_complex(qk.float().unflatten(-1, (-1, 2))) * cis
+            qk.copy_(torch.view_as_real(turned).flatten(-2))
 
     def _norm(self, x):
         """RMSNorm without its gain (folded into the next matmul): x / sqrt(mean(x^2) + eps), in float32 as HF."""
@@ -186,16 +198,18 @@ class FastLlama:
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True).add_(self.eps))
         return h.to(x.dtype) if self.upcast else h
 
-    def _mlp(self, layer, x):
-        gate, up = F.linear(self._norm(x), layer.wgu, layer.bgu).chunk(2, dim=-1)
-        return F.linear(F.silu(gate) * up, layer.wd, layer.bd)
+
+def _add_linear(x: torch.Tensor, a: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """x + a @ w_t (+ b) with the residual add fused into the matmul; x: (N, out), a: (N, in), w_t: (in, out)."""
+    out = torch.addmm(x, a, w_t)
+    return out if b is None else out.add_(b)
 
 
 @dataclass(frozen=True)
 class _Fused:
     """One decoder layer's weights for :class:`FastLlama` (biases may be None)."""
 
-    wqkv: torch.Tensor  # (q|k|v out, hidden): RoPE pairs adjacent in q and k, input RMSNorm gain folded in
+    wqkv: torch.Tensor  # (q|k|v out, hidden): RoPE pairs adjacent, q scaled by 1/sqrt(D), input norm gain in
     bqkv: torch.Tensor | None
     wo: torch.Tensor
     bo: torch.Tensor | None
@@ -203,6 +217,14 @@ class _Fused:
     bgu: torch.Tensor | None
     wd: torch.Tensor
     bd: torch.Tensor | None
+
+    @property
+    def wo_t(self) -> torch.Tensor:
+        return self.wo.t()
+
+    @property
+    def wd_t(self) -> torch.Tensor:
+        return self.wd.t()
 
 
 def _fuse(layer, heads: int, kv_heads: int, head_dim: int) -> _Fused:
@@ -212,6 +234,9 @@ def _fuse(layer, heads: int, kv_heads: int, head_dim: int) -> _Fused:
     q_rows = (torch.arange(heads)[:, None] * head_dim + pair).flatten()
     k_rows = (torch.arange(kv_heads)[:, None] * head_dim + pair).flatten()
     w, b = _cat_linear(att.q_proj, att.k_proj, att.v_proj, rows=(q_rows, k_rows, None))
+    scale = torch.ones(w.shape[0], dtype=w.dtype, device=w.device)
+    scale[: heads * head_dim] = head_dim**-0.5  # attention's 1/sqrt(D), applied to q once (RoPE is linear)
+    w, b = w * scale[:, None], None if b is None else b * scale
     wgu, bgu = _cat_linear(mlp.gate_proj, mlp.up_proj)
     g1, g2 = layer.input_layernorm.weight.detach(), layer.post_attention_layernorm.weight.detach()
     return _Fused(w * g1, b, att.o_proj.weight.detach(), _bias(att.o_proj), wgu * g2, bgu,
