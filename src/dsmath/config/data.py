@@ -1,0 +1,123 @@
+"""Params sections `common` (seed, device, paths, tracking), `data` (the synthetic math world) and `corpus` (code
+corpus for the base model, decontaminated math corpus for continual pretraining)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from dsmath.config.base import NonNegInt, PosInt, Prob, Section
+
+# ----------------------------------------------------------------------------------------------------------------
+# common
+
+
+class Paths(Section):
+    """Every path of the pipeline, defined once; dvc.yaml templates from these same keys."""
+
+    raw: str = "data/raw"
+    extra_math: str = "data/extra"
+    synthetic: str = "data/synthetic"
+    corpus: str = "data/corpus"
+    metrics: str = "metrics"
+    models: str = "models"
+    checkpoints: str = "checkpoints"
+    eval: str = "eval"
+    reports: str = "reports"
+    plots: str = "plots"
+
+
+class Tracking(Section):
+    """MLflow: `MLFLOW_TRACKING_URI` in the environment overrides `uri`. Not a DVC dependency of any stage."""
+
+    experiment: str = "dsmath"
+    uri: str = "sqlite:///mlflow.db"
+    artifacts: str = "mlartifacts"
+    registered_model: str = "dsmath-rl"  # the model registry entry of the RL model
+    champion_alias: str = "champion"  # moved to a new RL model version when it beats the current one
+
+
+class Common(Section):
+    seed: NonNegInt = 1234
+    python: str = ".venv/bin/python"  # interpreter DVC runs the stage commands with
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    num_threads: NonNegInt = 0  # torch intra-op threads; 0 = library default
+    paths: Paths = Paths()
+    tracking: Tracking = Tracking()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# data: the synthetic math world and the real benchmarks
+
+SKILL_FAMILIES = ("arithmetic", "linear", "fraction_percent")
+
+
+class Synthetic(Section):
+    """Seeded generator of problems with verified CoT / PoT / tool-integrated solutions."""
+
+    families: list[Literal["arithmetic", "linear", "fraction_percent"]] = list(SKILL_FAMILIES)
+    levels: list[Annotated[int, Field(ge=1, le=5)]] = [1, 2, 3]
+    n_train: PosInt = 20000
+    n_val: PosInt = 500
+    n_test: PosInt = 1000
+    max_number: Annotated[int, Field(ge=10)] = 100
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> Synthetic:
+        if not self.families:
+            raise ValueError("families: must list at least one of " + ", ".join(SKILL_FAMILIES))
+        if not self.levels:
+            raise ValueError("levels: must list at least one level in 1..5")
+        return self
+
+
+class Data(Section):
+    synthetic: Synthetic = Synthetic()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# corpus: code corpus for the base model, decontaminated math corpus for continual pretraining
+
+
+class Decontamination(Section):
+    """DeepSeekMath sec. 2.1: drop documents sharing a 10-gram with an eval set; exact-match short benchmark texts."""
+
+    ngram: Annotated[int, Field(ge=3)] = 10
+    short_min: Annotated[int, Field(ge=1)] = 3
+    short_max: Annotated[int, Field(ge=1)] = 9
+    benchmarks: list[Literal["gsm8k_test", "math500", "svamp"]] = ["gsm8k_test", "math500", "svamp"]
+
+    @model_validator(mode="after")
+    def _range(self) -> Decontamination:
+        if self.short_max < self.short_min:
+            raise ValueError(f"short_max: must be >= short_min={self.short_min} (got {self.short_max})")
+        if self.short_max >= self.ngram:
+            raise ValueError(f"short_max: must be < ngram={self.ngram} (got {self.short_max})")
+        return self
+
+
+class Classifier(Section):
+    """Hashed n-gram logistic-regression math classifier (stands in for DeepSeekMath's fastText)."""
+
+    n_features: Annotated[int, Field(ge=256)] = 2**18
+    ngram_max: Annotated[int, Field(ge=1, le=4)] = 2
+    epochs: PosInt = 5
+    lr: Annotated[float, Field(gt=0)] = 0.5
+    l2: Annotated[float, Field(ge=0)] = 1e-6
+    holdout_frac: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    threshold: Prob = 0.5
+
+
+class Corpus(Section):
+    code_max_files: PosInt = 400
+    code_max_chars_per_file: PosInt = 20000
+    code_min_chars: NonNegInt = 200
+    recall_pool_files: PosInt = 1000  # stdlib files whose docstrings form the pool the math classifier recalls from
+    math_synthetic_docs: NonNegInt = 20000
+    include_gsm8k_train: bool = True
+    # your own math text, file names inside `common.paths.extra_math` (a DVC dependency of the corpus stage):
+    # .jsonl with a `text` field per line, or plain text split on blank lines
+    extra_math_files: list[str] = []
+    decontamination: Decontamination = Decontamination()
+    classifier: Classifier = Classifier()

@@ -1,0 +1,85 @@
+"""Params sections `rewards`, `sandbox` (limits for model-written programs) and `rl` (GRPO and the algorithms of
+DeepSeekMath's unified paradigm)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from dsmath.config.base import NonNegInt, PosInt, Section
+
+# ----------------------------------------------------------------------------------------------------------------
+# rewards and the sandbox that runs model-written programs (dsmath.rewards, dsmath.sandbox)
+
+
+class Rewards(Section):
+    """Rule-based rewards (DeepSeekMath sec. 4.1, R1 sec. 2.2.2): r = accuracy_weight * acc + format_weight * fmt."""
+
+    accuracy_weight: Annotated[float, Field(ge=0)] = 1.0  # final answer equivalent to the gold (0/1)
+    format_weight: Annotated[float, Field(ge=0)] = 0.1  # answer line / code and output fences well formed (0/1)
+    equivalence_timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0  # math-verify call cut off after this
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> Rewards:
+        if self.accuracy_weight + self.format_weight <= 0:
+            raise ValueError("accuracy_weight: accuracy_weight + format_weight must be > 0 (got 0)")
+        return self
+
+
+class Sandbox(Section):
+    """Limits for one model-written Python program (program-of-thought / tool-integrated reasoning)."""
+
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = 3.0  # wall clock; CPU limit is ceil(timeout_s) + 1 s
+    memory_mb: Annotated[int, Field(ge=64)] = 512  # address-space limit (RLIMIT_AS)
+    max_output_bytes: Annotated[int, Field(ge=256)] = 65536  # stdout (and stderr) cap; the program is killed beyond
+    workers: PosInt = 2  # programs run in parallel by a batch
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# rl: GRPO (DeepSeekMath sec. 4) and the algorithms of its unified paradigm (sec. 5.2.1) in one engine
+
+
+class Ppo(Section):
+    """PPO baseline (DeepSeekMath eq. 1-2): critic of the policy's size, GAE, per-token KL penalty in the reward."""
+
+    gamma: Annotated[float, Field(gt=0, le=1)] = 1.0
+    lam: Annotated[float, Field(ge=0, le=1)] = 0.95
+    kl_coef: Annotated[float, Field(ge=0)] = 0.05
+    value_clip: Annotated[float, Field(gt=0)] = 0.2
+    critic_lr: Annotated[float, Field(gt=0)] = 1e-4
+
+
+class Rl(Section):
+    algorithm: Literal["grpo", "ppo", "online_rft", "rft"] = "grpo"
+    mode: Literal["cot", "pot", "tool"] = "cot"
+    reward: Literal["accuracy", "format", "combined"] = "combined"
+    advantage: Literal["outcome", "process"] = "outcome"
+    steps: PosInt = 150
+    prompts_per_step: PosInt = 16
+    group_size: Annotated[int, Field(ge=2)] = 8
+    mu: PosInt = 1  # optimisation passes over each rollout batch (paper: 1)
+    minibatches: PosInt = 1  # optimiser steps per pass
+    lr: Annotated[float, Field(gt=0)] = 5e-5
+    warmup_steps: NonNegInt = 10
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    max_grad_norm: Annotated[float, Field(gt=0)] = 1.0
+    clip_eps: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    clip_eps_high: Annotated[float, Field(gt=0)] | None = None
+    beta: Annotated[float, Field(ge=0)] = 0.04
+    kl: Literal["k1", "k2", "k3"] = "k3"
+    aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "seq-mean-token-mean"
+    scale_rewards: bool = True
+    drop_equal_groups: bool = True
+    temperature: Annotated[float, Field(gt=0)] = 1.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    max_new_tokens: PosInt = 96
+    max_tool_calls: PosInt = 2
+    ref_reset_every: NonNegInt = 0  # iterative GRPO (sec. 4.2): reference := policy every N steps (0 = never)
+    prompt_levels: list[Annotated[int, Field(ge=1, le=5)]] = []
+    engine: Literal["auto", "fast", "hf"] = "auto"
+    checkpoint_every: PosInt = 25
+    eval_every: NonNegInt = 25
+    eval_problems: PosInt = 200
+    samples_every: PosInt = 25
+    ppo: Ppo = Ppo()
