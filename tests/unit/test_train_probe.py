@@ -1,47 +1,58 @@
-"""Accuracy probe arithmetic (generation stubbed), the fallback checker, and the stage-report helpers."""
+"""Accuracy probe arithmetic (generation stubbed) and the stage-report helpers."""
 
 from __future__ import annotations
 
 import csv
 
-from dsmath.config import Probe
+from dsmath.config import Probe, Rewards, Sandbox
 from dsmath.train import probe, report
 
 
-def test_fallback_checker_reads_the_last_box_and_compares_rationals():
-    assert probe._fallback_extract("x \\boxed{3}\nThe answer is \\boxed{ 3/4 }.") == "3/4"
-    assert probe._fallback_extract("no box") is None
-    assert probe._fallback_equivalent("0.75", "3/4")
-    assert probe._fallback_equivalent("1,200", "1200")
-    assert not probe._fallback_equivalent("0.7", "3/4")
-    assert not probe._fallback_equivalent(None, "1")
-    assert probe._fallback_equivalent("x + 1", "x + 1")  # not a number: string match
-
-
 def test_probe_metrics_hand_computed(monkeypatch):
-    records = [{"question": f"q{i}", "answer": str(i)} for i in range(4)]
+    records = [{"id": f"p{i}", "question": f"q{i}", "answer": str(i)} for i in range(4)]
     box = "The answer is \\boxed{{{}}}.".format
+    greedy = {"q0": box(0), "q1": box(1), "q2": box(9), "q3": "no answer"}  # right on problems 0 and 1
+    # sampled (k = 2): problem 0 both right, 1 none, 2 one right, 3 none
+    sampled = {"q0": [box(0), box(0)], "q1": [box(5), box(5)], "q2": [box(2), box(7)], "q3": [box(8), "x"]}
 
-    def fake_generate(model, tok, texts, max_new_tokens, batch_size, num_samples=1, temperature=0.0, seed=0, desc=""):
-        assert len(texts) == 4 and all("q" in t for t in texts)
-        if num_samples == 1:  # greedy: right on problems 0 and 1
-            return [[box(0)], [box(1)], [box(9)], ["no answer"]]
-        # sampled (k = 2): problem 0 both right, 1 none, 2 one right, 3 none
-        return [[box(0), box(0)], [box(5), box(5)], [box(2), box(7)], [box(8), "x"]]
+    class FakeGenerator:
+        last_number = False
 
-    monkeypatch.setattr(probe, "generate", fake_generate)
-    monkeypatch.setattr(
-        probe, "answer_checker", lambda: lambda c, g: probe._fallback_equivalent(probe._fallback_extract(c), g)
-    )
+        def __init__(self, model, tok, cfg, sandbox_cfg, seed):
+            assert cfg.n_samples == 2 and cfg.k == [1, 2]
 
-    class Tok:
-        chat_template = None
-        eos_token = "<e>"
+        def __call__(self, questions, mode, temperature):
+            if temperature == 0:
+                texts = [greedy[q] for q in questions]
+            else:  # each question repeated k times, consecutively
+                texts = [sampled[q][i % 2] for i, q in enumerate(questions)]
+            return texts, [len(t) for t in texts]
 
-    metrics, rows = probe.accuracy_probe(None, Tok(), records, Probe(k=2), seed=0)
-    # greedy 2/4; pass@2: problems 0 and 2 -> 2/4; sample accuracy 3 right of 8 samples
-    assert metrics == {"greedy_acc": 0.5, "pass_at_2": 0.5, "sample_acc": 3 / 8, "probe_problems": 4}
+    monkeypatch.setattr(probe, "Generator", FakeGenerator)
+    cfg = Probe(k=2, mode="cot", modes=["cot"])
+    metrics, rows = probe.accuracy_probe(None, None, records, cfg, Sandbox(), Rewards(), seed=0)
+    # greedy 2/4; pass@2: problems 0 and 2 -> 2/4; sample accuracy (= pass@1) 3 right of 8 samples
+    assert (metrics["greedy_acc"], metrics["pass_at_2"], metrics["sample_acc"]) == (0.5, 0.5, 3 / 8)
+    assert metrics["cot/greedy"] == 0.5 and metrics["cot/pass@1"] == 3 / 8 and metrics["probe_problems"] == 4
+    assert metrics["cot/format_error_rate"] == 0.25
     assert [r["correct"] for r in rows] == [True, True, False, False]
+
+
+def test_probe_reports_every_mode_with_the_headline_first(monkeypatch):
+    calls = []
+
+    def fake_split(gen, records, mode, cfg, sandbox_cfg, rewards_cfg, sampled):
+        calls.append(mode)
+        row = {"question": "q", "gold": "1", "greedy": "g", "greedy_correct": True, "sample_correct": [True, False]}
+        return {"greedy": {"cot": 0.1, "tool": 0.6}[mode], "pass@1": 0.5, "pass@2": 0.9, "n": 1.0}, [row]
+
+    monkeypatch.setattr(probe, "Generator", lambda *a: None)
+    monkeypatch.setattr(probe, "evaluate_split", fake_split)
+    metrics, rows = probe.accuracy_probe(None, None, [{}], Probe(k=2, mode="tool", modes=["cot", "tool"]),
+                                         Sandbox(), Rewards(), seed=0)
+    assert calls == ["tool", "cot"]
+    assert metrics["greedy_acc"] == 0.6 and metrics["cot/greedy"] == 0.1 and metrics["tool/pass@2"] == 0.9
+    assert rows[0]["mode"] == "tool" and "cot/n" not in metrics
 
 
 def test_write_curve_and_figure(tmp_path):

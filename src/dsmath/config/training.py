@@ -110,13 +110,16 @@ class Mix(Section):
 
 
 class Probe(Section):
-    """End-of-SFT accuracy probe on held-out test problems (CoT prompt): greedy accuracy and pass@k."""
+    """End-of-SFT accuracy probe on held-out test problems: greedy accuracy, pass@k and maj@k per mode."""
 
     n_problems: PosInt = 500
+    mode: Literal["cot", "pot", "tool"] = "tool"  # the headline greedy_acc / pass_at_k
+    modes: list[Literal["cot", "pot", "tool"]] = ["cot", "pot", "tool"]  # also reported as <mode>/...
     k: PosInt = 8
     temperature: PosFloat = 1.0
     max_new_tokens: PosInt = 160
-    batch_size: PosInt = 64  # sequences per generate call
+    max_tool_calls: PosInt = 2
+    batch_size: PosInt = 256  # sequences per sampler call
 
 
 class Sft(Section):

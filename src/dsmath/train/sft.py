@@ -2,7 +2,8 @@
 
 Each training problem contributes one example in a style drawn with the params' mix ratio; the prompt is
 :func:`dsmath.prompts.format_prompt` and the loss covers the response (+ EOS) only. At the end: held-out loss on
-the val split, then a greedy / pass@k accuracy probe on held-out test problems (:mod:`dsmath.train.probe`).
+the val split, then a greedy / pass@k accuracy probe per solution mode on held-out test problems
+(:mod:`dsmath.train.probe`).
 """
 
 from __future__ import annotations
@@ -64,5 +65,6 @@ def sft(params, accelerator, log: LogFn) -> recipes.Outcome:
         section.train.micro_batch_size,
     )
     test = data.read_jsonl(synthetic / "test.jsonl")[: section.probe.n_problems]
-    probe_metrics, rows = probe.accuracy_probe(model, tokenizer, test, section.probe, seed)
+    probe_metrics, rows = probe.accuracy_probe(model, tokenizer, test, section.probe, params.sandbox,
+                                              params.rewards, seed)
     return recipes.Outcome(model, tokenizer, state.history, metrics | probe_metrics, rows)
