@@ -42,3 +42,24 @@ def smoke(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("DSMATH_PARENT_RUN_ID", raising=False)
     return write_params(tmp_path, smoke_params(tmp_path)), tmp_path
+
+
+@pytest.fixture(scope="session")
+def chain(tmp_path_factory):
+    """The smoke corpus plus the four supervised stages (tokenizer, base, pretrain, sft), run once in-process per
+    test session (the stage tests start from it); returns the temporary directory."""
+    from dsmath.stage import run_stage
+    from stages import base, corpus, pretrain, sft, tokenizer
+
+    tmp = tmp_path_factory.mktemp("supervised")
+    saved = {k: os.environ.pop(k, None) for k in ("MLFLOW_TRACKING_URI", "DSMATH_PARENT_RUN_ID")}
+    params = str(write_params(tmp, smoke_params(tmp)))
+    cwd = os.getcwd()
+    os.chdir(tmp)
+    try:
+        for stage in (corpus, tokenizer, base, pretrain, sft):
+            run_stage(stage.main, ["--params", params])
+    finally:
+        os.chdir(cwd)
+        os.environ.update({k: v for k, v in saved.items() if v is not None})
+    return tmp

@@ -147,19 +147,20 @@ def build_report(params, out_dir: str | Path) -> dict:
     k_max = max(k for k in ev.k if k <= ev.n_samples) if ev.n_samples else 0
     cols = columns(metrics, k_max)
     delta_rows = deltas(metrics, cols)
-    a, b = greedy_correct(paths.eval, "sft"), greedy_correct(paths.eval, "rl")
+    dataset, mode = ev.primary_metric.split("/")[:2]  # the paired SE and the k curves are of the primary setting
+    a, b = greedy_correct(paths.eval, "sft", dataset, mode), greedy_correct(paths.eval, "rl", dataset, mode)
     common_ids = sorted(set(a) & set(b))
     se = standard_error_of_delta([a[i] for i in common_ids], [b[i] for i in common_ids]) if common_ids else None
     figures = {}
     curves = {m: read_csv(Path(paths.eval) / m / "curves.csv") for m in ("sft", "rl")}
     if any(curves.values()):
         figures["k_curves"] = out / "pass_maj_at_k.png"
-        plot_k_curves(curves).savefig(figures["k_curves"], dpi=110)
+        plot_k_curves(curves, dataset, mode).savefig(figures["k_curves"], dpi=110)
     rl_rows = read_csv(Path(paths.plots) / "rl.csv")
     if rl_rows:
         figures["rl_curves"] = out / "rl_curves.png"
         plot_rl_curves(rl_rows).savefig(figures["rl_curves"], dpi=110)
-    text = render(metrics, cols, delta_rows, se, len(common_ids), figures, params)
+    text = render(metrics, cols, delta_rows, se, len(common_ids), figures, params, f"{dataset} {mode}")
     (out / "report.md").write_text(text)
     primary = ev.primary_metric
     return {"figures": {k: str(v) for k, v in figures.items()}, "columns": cols, "metrics": metrics,
@@ -167,7 +168,7 @@ def build_report(params, out_dir: str | Path) -> dict:
             "primary": {m: v.get(primary) for m, v in metrics.items()}}
 
 
-def render(metrics, cols, delta_rows, se, n_paired, figures, params) -> str:
+def render(metrics, cols, delta_rows, se, n_paired, figures, params, primary: str) -> str:
     lines = [
         "# dsmath report",
         "",
@@ -186,7 +187,7 @@ def render(metrics, cols, delta_rows, se, n_paired, figures, params) -> str:
         lines += [f"| {r['metric'].replace('/', ' ')} | {fmt(r['sft'])} | {fmt(r['rl'])} | "
                   f"{100 * r['delta']:+.1f} |" for r in delta_rows]
         if se is not None and se == se:
-            lines += ["", f"Paired standard error of the greedy synthetic cot difference over {n_paired} problems: "
+            lines += ["", f"Paired standard error of the greedy {primary} difference over {n_paired} problems: "
                           f"{100 * se:.1f} points."]
         lines.append("")
     for key, title in (("k_curves", "pass@k and maj@k against k (paper Fig. 7)"), ("rl_curves", "RL curves")):

@@ -22,7 +22,7 @@ import yaml
 from conftest import ROOT, smoke_params, write_params
 
 from dsmath.stage import run_stage
-from stages import base, corpus, pretrain, sft, tokenizer
+from stages import base, pretrain, sft, tokenizer
 
 TRAINING = ("base", "pretrain", "sft")
 
@@ -47,23 +47,6 @@ def _curve(tmp: Path, stage: str) -> list[dict]:
 def _copy_inputs(src: Path, dst: Path, *folders: str) -> None:
     for folder in folders:
         shutil.copytree(src / folder, dst / folder)
-
-
-@pytest.fixture(scope="module")
-def chain(tmp_path_factory):
-    """The smoke corpus plus all four supervised stages, run once in-process; returns the temporary directory."""
-    tmp = tmp_path_factory.mktemp("supervised")
-    saved = {k: os.environ.pop(k, None) for k in ("MLFLOW_TRACKING_URI", "DSMATH_PARENT_RUN_ID")}
-    params = str(write_params(tmp, smoke_params(tmp)))
-    cwd = os.getcwd()
-    os.chdir(tmp)
-    try:
-        for stage in (corpus, tokenizer, base, pretrain, sft):
-            run_stage(stage.main, ["--params", params])
-    finally:
-        os.chdir(cwd)
-        os.environ.update({k: v for k, v in saved.items() if v is not None})
-    return tmp
 
 
 def test_every_output_loads_with_auto_classes(chain):

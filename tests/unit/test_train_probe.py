@@ -42,7 +42,7 @@ def test_probe_reports_every_mode_with_the_headline_first(monkeypatch):
     calls = []
 
     def fake_split(gen, records, mode, cfg, sandbox_cfg, rewards_cfg, sampled):
-        calls.append(mode)
+        calls.append((mode, sampled))
         row = {"question": "q", "gold": "1", "greedy": "g", "greedy_correct": True, "sample_correct": [True, False]}
         return {"greedy": {"cot": 0.1, "tool": 0.6}[mode], "pass@1": 0.5, "pass@2": 0.9, "n": 1.0}, [row]
 
@@ -50,7 +50,7 @@ def test_probe_reports_every_mode_with_the_headline_first(monkeypatch):
     monkeypatch.setattr(probe, "evaluate_split", fake_split)
     metrics, rows = probe.accuracy_probe(None, None, [{}], Probe(k=2, mode="tool", modes=["cot", "tool"]),
                                          Sandbox(), Rewards(), seed=0)
-    assert calls == ["tool", "cot"]
+    assert calls == [("tool", True), ("cot", False)]
     assert metrics["greedy_acc"] == 0.6 and metrics["cot/greedy"] == 0.1 and metrics["tool/pass@2"] == 0.9
     assert rows[0]["mode"] == "tool" and "cot/n" not in metrics
 

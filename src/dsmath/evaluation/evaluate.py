@@ -106,15 +106,16 @@ def _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rewards_cfg
 
 
 def evaluate_model(model, tokenizer, datasets: dict[str, list[dict]], cfg, sandbox_cfg, rewards_cfg,
-                   seed: int, last_number: bool = False) -> tuple[dict[str, float], list[dict]]:
-    """Flat metrics `<dataset>/<mode>/<metric>` over every dataset and mode, and all prediction rows."""
+                   seed: int, last_number: bool = False, sampling: bool = True) -> tuple[dict[str, float], list[dict]]:
+    """Flat metrics `<dataset>/<mode>/<metric>` over every dataset and mode, and all prediction rows.
+    Samples (maj@k, pass@k) are drawn where `sampling` and the (dataset, mode) is in the sampled lists."""
     gen = Generator(model, tokenizer, cfg, sandbox_cfg, seed, last_number)
     metrics: dict[str, float] = {}
     rows: list[dict] = []
     for name, records in tqdm(list(datasets.items()), desc="evaluate"):
         for mode in cfg.modes:
             m, r = evaluate_split(gen, records, mode, cfg, sandbox_cfg, rewards_cfg,
-                                  sampled=name in cfg.sampled_datasets and mode in cfg.sampled_modes)
+                                  sampled=sampling and name in cfg.sampled_datasets and mode in cfg.sampled_modes)
             metrics |= {f"{name}/{mode}/{k}": v for k, v in m.items()}
             rows += [{"dataset": name, **row} for row in r]
     return metrics, rows

@@ -55,7 +55,8 @@ def run_evaluation(params, model_name: str) -> tuple[dict[str, float], list[dict
     model, tok = load_dir(Path(params.common.paths.models) / model_name)
     metrics, rows = evaluate_model(model, tok, eval_datasets(params), params.evaluate, params.sandbox,
                                    params.rewards, params.common.seed,
-                                   last_number=model_name in params.evaluate.last_number_answer)
+                                   last_number=model_name in params.evaluate.last_number_answer,
+                                   sampling=model_name in params.evaluate.sampled_models)
     curves = curve_rows(metrics, params.evaluate.k)
     write_outputs(Path(params.common.paths.eval) / model_name, rows, curves)
     return metrics, rows, curves

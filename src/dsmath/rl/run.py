@@ -105,9 +105,10 @@ def train_rl(params, run) -> dict:
     ckpt = Path(paths.checkpoints) / "rl" / "state.pt"
     state = _load_checkpoint(ckpt, fp)
     history: list[dict] = []
+    resumed_from = 0
     if state is not None:
         trainer.load_state_dict(state["trainer"])
-        history = state["history"]
+        history, resumed_from = state["history"], trainer.step_count
         for h in history:  # a resumed run carries the whole curve
             run.log_metrics({k: v for k, v in h.items() if k != "step"}, step=h["step"])
     else:
@@ -130,7 +131,7 @@ def train_rl(params, run) -> dict:
     write_curve(history, Path(paths.plots) / "rl.csv")
     run.log_figure(plot_curves(history), "plots/rl_curves.png")
     ckpt.unlink(missing_ok=True)  # the finished model is the output; a rerun with the same params is DVC's no-op
-    return summarise(history, trainer, wall) | {"model_dir": str(out_dir)}
+    return summarise(history, trainer, wall) | {"resumed_from_step": resumed_from, "model_dir": str(out_dir)}
 
 
 def summarise(history: list[dict], trainer: RLTrainer, wall_s: float) -> dict:

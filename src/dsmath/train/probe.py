@@ -2,9 +2,9 @@
 
 It is the evaluation stage's machinery on a small scale (:mod:`dsmath.evaluation.evaluate`: the fast sampler, PoT
 programs and tool calls run in the sandbox, answers checked by :mod:`dsmath.rewards`), so the probe's numbers and
-``evaluate@sft``'s agree on the same problems. Every mode in ``probe.modes`` is reported as ``<mode>/greedy``,
-``<mode>/pass@k``, ...; the headline keys (``greedy_acc``, ``pass_at_<k>``, ``sample_acc``) are those of
-``probe.mode``.
+``evaluate@sft``'s agree on the same problems. ``probe.mode`` is decoded greedily and sampled k times per problem
+(headline keys ``greedy_acc``, ``pass_at_<k>``, ``sample_acc``, and ``<mode>/pass@k``, ``<mode>/maj@k``); every
+other mode in ``probe.modes`` greedily only (``<mode>/greedy``, format-error rate, length).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _eval_cfg(probe) -> SimpleNamespace:
 
 def accuracy_probe(model, tokenizer, records: Sequence[dict], probe, sandbox_cfg, rewards_cfg,
                    seed: int) -> tuple[dict[str, float], list[dict]]:
-    """Greedy accuracy, pass@k, maj@k and mean sampled accuracy of `model` on `records` in every probe mode.
+    """Greedy accuracy in every probe mode; pass@k, maj@k and mean sampled accuracy in the headline mode.
 
     `probe` is the params `Probe` section. Returns (metrics, rows): rows hold the question, gold, greedy completion
     and verdict of each problem in the headline mode, for an MLflow table.
@@ -34,7 +34,7 @@ def accuracy_probe(model, tokenizer, records: Sequence[dict], probe, sandbox_cfg
     metrics: dict[str, float] = {"probe_problems": float(len(records))}
     rows: list[dict] = []
     for mode in dict.fromkeys([probe.mode, *probe.modes]):  # headline first, each mode once
-        m, r = evaluate_split(gen, records, mode, cfg, sandbox_cfg, rewards_cfg, sampled=True)
+        m, r = evaluate_split(gen, records, mode, cfg, sandbox_cfg, rewards_cfg, sampled=mode == probe.mode)
         metrics |= {f"{mode}/{k}": v for k, v in m.items() if k != "n"}
         if mode == probe.mode:
             rows = [{"mode": mode, "question": x["question"], "gold": x["gold"], "greedy": x["greedy"],
