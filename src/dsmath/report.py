@@ -106,8 +106,18 @@ def plot_k_curves(curves: dict[str, list[dict]], dataset: str = "synthetic", mod
     return fig
 
 
-def plot_rl_curves(rows: list[dict]):
-    """Reward, training accuracy and KL per RL step (from plots/rl.csv)."""
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean over the last `window` values (fewer at the start)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v - (values[i - window] if i >= window else 0.0)
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def plot_rl_curves(rows: list[dict], window: int = 10):
+    """Reward, training accuracy and KL per RL step (from plots/rl.csv), raw and as a `window`-step moving average;
+    the held-out greedy accuracy (val_greedy_acc) as points on the accuracy panel."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -117,9 +127,17 @@ def plot_rl_curves(rows: list[dict]):
     for ax, key in zip(axes, ("reward_mean", "accuracy", "kl"), strict=True):
         pts = [(int(r["step"]), float(r[key])) for r in rows if r.get(key) not in (None, "")]
         if pts:
-            ax.plot(*zip(*pts, strict=True))
+            steps, values = zip(*pts, strict=True)
+            ax.plot(steps, values, alpha=0.35, label="per step")
+            ax.plot(steps, moving_average(list(values), window), label=f"mean of {window}")
         ax.set_title(f"rl {key}")
         ax.set_xlabel("step")
+    val = [(int(r["step"]), float(r["val_greedy_acc"])) for r in rows if r.get("val_greedy_acc") not in (None, "")]
+    if val:
+        axes[1].plot(*zip(*val, strict=True), marker="o", label="held-out greedy")
+    for ax in axes:
+        if ax.lines:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -191,18 +191,15 @@ def test_invalid_params_fail_before_anything_runs(repo):
 
 
 def test_changing_an_rl_param_reruns_only_rl_and_downstream(repo):
-    """Last: it really re-runs (a --dry run cannot know which outputs will change). rl runs; evaluate@rl and report
-    follow only where rl's outputs changed, which on the smoke profile they need not (a toy model whose sampled
-    groups all score alike makes no update, so the weights and curve come out identical): DVC hashes content.
-    Nothing upstream of rl and no other evaluation re-runs."""
-    params = yaml.safe_load((repo / "params.yaml").read_text())
-    params["rl"]["beta"] = 0.0
-    original = (repo / "params.yaml").read_text()
-    try:
-        (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-        proc = _run(repo, str(BIN / "dvc"), "repro")
-        ran = [line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage '")]
-        assert ran[0] == "rl"
-        assert set(ran) <= {"rl", "evaluate@rl", "report"}
-    finally:
-        (repo / "params.yaml").write_text(original)
+    """Last (it changes the workspace): `dvc exp run -S rl.algorithm=ppo` re-runs exactly rl, evaluate@rl and report
+    (PPO moves the toy model's weights even where every sampled group scores alike, so rl's outputs do change and
+    DVC, which hashes content, must re-run both dependants); nothing upstream of rl, no other evaluation. Then
+    `dvc exp show` lists the experiment with its params and metrics and `dvc plots show` renders the curves."""
+    proc = _run(repo, str(BIN / "dvc"), "exp", "run", "-n", "ppo-variant", "-S", "rl.algorithm=ppo")
+    ran = [line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage '")]
+    assert ran == ["rl", "evaluate@rl", "report"]
+    show = _run(repo, str(BIN / "dvc"), "exp", "show", "--md").stdout
+    assert "ppo-variant" in show and "ppo" in show and "rl.algorithm" in show
+    assert "synthetic/cot/greedy" in show  # the evaluation metrics sit next to the params
+    plots = _run(repo, str(BIN / "dvc"), "plots", "show", "-o", str(repo / "dvc_plots"))
+    assert (repo / "dvc_plots" / "index.html").exists(), plots.stdout

@@ -63,3 +63,24 @@ def test_maj_at_k_uses_only_first_k():
     assert maj_at_k(answers, "1", 5, _eq)
     with pytest.raises(ValueError):
         maj_at_k(answers, "1", 6, _eq)
+
+
+def test_moving_average_is_trailing_and_short_at_the_start():
+    from dsmath.report import moving_average
+
+    assert moving_average([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+    assert moving_average([2.0, 4.0], 10) == [2.0, 3.0]
+    assert moving_average([], 3) == []
+
+
+def test_rl_curves_plot_raw_smoothed_and_held_out_points():
+    from dsmath.report import plot_rl_curves
+
+    rows = [{"step": "0", "reward_mean": "", "accuracy": "", "kl": "", "val_greedy_acc": "0.5"}]
+    rows += [{"step": str(i), "reward_mean": str(i / 10), "accuracy": "0.5", "kl": "0.01", "val_greedy_acc": ""}
+             for i in range(1, 6)]
+    fig = plot_rl_curves(rows, window=2)
+    reward, acc, _ = fig.axes
+    raw, smooth = (line.get_ydata().tolist() for line in reward.lines)
+    assert raw == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5]) and smooth == pytest.approx([0.1, 0.15, 0.25, 0.35, 0.45])
+    assert acc.lines[-1].get_ydata().tolist() == [0.5]  # the held-out point at step 0
