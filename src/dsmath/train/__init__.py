@@ -4,7 +4,7 @@ loop.train(model, loop, make_batch, n_rows, seed, accelerator, ckpt_dir, fingerp
 loop.make_accelerator(device)                  CPU or GPU; the same code under accelerate launch / torchrun (DDP)
 data.StepSchedule / pack_docs / sft_examples   deterministic step -> rows schedule, packed blocks, SFT examples
 checkpoint.save / latest / fingerprint         atomic resumable checkpoints (model, optimizer, scheduler, RNG, step)
-evaluate.heldout_nll / generate                held-out NLL / perplexity, batched left-padded generation
+evaluate.heldout_nll                           held-out NLL / perplexity
 probe.accuracy_probe                           greedy, pass@k, maj@k per mode (the evaluation code)
 recipes.base / recipes.pretrain / sft.sft      the stages as functions: params -> Outcome(model, metrics, ...)
 report.run_training_stage                      accelerator + MLflow run + recipe + outputs (models, metrics, plots)

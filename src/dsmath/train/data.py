@@ -7,25 +7,15 @@ The schedule is a pure function of (step, seed): the rows of optimizer step ``s`
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 
 import torch
 
 from dsmath import prompts
+from dsmath.data.io import read_jsonl  # noqa: F401  (the training stages read their data through here)
 
 IGNORE = -100  # label of a position that carries no loss
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Records of a JSON-lines file (through `dsmath.data.io` when present)."""
-    try:
-        from dsmath.data.io import read_jsonl as _read
-    except ImportError:
-        return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return list(_read(path))
 
 
 def split_heldout(docs: Sequence[dict], n_heldout: int, seed: int) -> tuple[list[dict], list[dict]]:
