@@ -178,3 +178,18 @@ def test_unknown_names_list_valid_ones():
         policy_loss(lp, old, torch.zeros(2), torch.ones(2, 2), clip_eps=0.2, ref_logprobs=old, beta=0.1, kl="k4")
     with pytest.raises(ValueError, match="token-mean"):
         policy_loss(lp, old, torch.zeros(2), torch.ones(2, 2), clip_eps=0.2, aggregation="sum")
+
+
+def test_equal_non_integer_rewards_give_exactly_zero_advantage():
+    """The float mean of 8 x 0.1 is not 0.1; the residue over (0 + eps) must not become an advantage."""
+    r = torch.tensor([0.1] * 8 + [1.1] * 8 + [0.0] * 4 + [1.0] * 4)
+    a = group_advantages(r, 8)
+    assert torch.equal(a[:16], torch.zeros(16))
+    std = (8 * 0.25 / 7) ** 0.5  # Bessel-corrected
+    assert torch.allclose(a[16:], torch.tensor([-1.0] * 4 + [1.0] * 4) * 0.5 / std, atol=1e-5)
+
+
+def test_process_advantages_of_equal_step_rewards_are_exactly_zero():
+    ends, mask = torch.tensor([[1, 3], [1, 3]]), torch.tensor([[True, True], [True, False]])
+    a = process_advantages(torch.tensor([[0.1, 0.1], [0.1, -5.0]]), ends, mask, 2, 5)  # -5.0 is masked out
+    assert torch.equal(a, torch.zeros(2, 5))

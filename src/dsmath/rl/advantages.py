@@ -24,7 +24,10 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True,
     centred = r - r.mean(dim=1, keepdim=True)
     if scale:
         centred = centred / (r.std(dim=1, keepdim=True) + eps)
-    return centred.reshape(-1)
+    # exactly 0 for equal rewards: the float mean of G copies of 0.1 is not 0.1, and the rounding residue divided
+    # by (0 + eps) would be a spurious advantage (and keep the group from being dropped as signal-free)
+    equal = (r == r[:, :1]).all(dim=1, keepdim=True)
+    return centred.masked_fill(equal, 0.0).reshape(-1)
 
 
 def process_advantages(step_rewards: torch.Tensor, step_ends: torch.Tensor, step_mask: torch.Tensor,
@@ -42,7 +45,11 @@ def process_advantages(step_rewards: torch.Tensor, step_ends: torch.Tensor, step
     count = m.sum(dim=1, keepdim=True).clamp(min=1)
     mean = (r * m).sum(dim=1, keepdim=True) / count
     var = ((r - mean) ** 2 * m).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)
-    norm = ((r - mean) / (var.sqrt() + eps) * m).view(n, s)
+    norm = (r - mean) / (var.sqrt() + eps) * m
+    big = torch.finfo(torch.float32).max
+    high = r.masked_fill(m == 0, -big).amax(dim=1, keepdim=True)
+    spread = high - r.masked_fill(m == 0, big).amin(dim=1, keepdim=True)
+    norm = norm.masked_fill(spread <= 0, 0.0).view(n, s)  # all steps equal (or none): exactly 0, as outcome
     # scatter each step's normalised reward at its end token, then a reversed cumulative sum over time
     at_end = torch.zeros(n, seq_len, dtype=torch.float32, device=step_rewards.device)
     at_end.scatter_add_(1, step_ends.clamp(0, seq_len - 1).long(), norm)
