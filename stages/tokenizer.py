@@ -6,8 +6,8 @@ from pathlib import Path
 
 from dsmath import model, tokenizer, tracking
 from dsmath.config import Params
+from dsmath.data.io import read_jsonl
 from dsmath.stage import run_stage, write_metrics
-from dsmath.train.data import read_jsonl
 
 
 def main(params: Params) -> None:

@@ -30,6 +30,19 @@ def smoke_params(tmp: Path, **overrides) -> dict:
     return raw
 
 
+def subprocess_env() -> dict[str, str]:
+    """Environment for a stage run as a child process: the repo importable, no outer MLflow run or store."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "DSMATH_PARENT_RUN_ID")}
+    return env | {"PYTHONPATH": str(ROOT), "MLFLOW_ENABLE_ASYNC_LOGGING": "false"}
+
+
+def weights_digest(model_dir: Path) -> str:
+    """sha256 of a saved model's safetensors file."""
+    import hashlib
+
+    return hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
+
+
 def write_params(tmp: Path, raw: dict) -> Path:
     path = tmp / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))

@@ -8,7 +8,6 @@ checkpoint is also the largest (policy, reference, critic, two optimisers, sched
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import shutil
@@ -19,18 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, smoke_params, write_params
+from conftest import smoke_params, subprocess_env, weights_digest, write_params
 
 RUN = {"rl.algorithm": "ppo", "rl.steps": 24, "rl.checkpoint_every": 3, "rl.eval_every": 0, "rl.samples_every": 12}
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "DSMATH_PARENT_RUN_ID")}
-    return env | {"PYTHONPATH": str(ROOT), "MLFLOW_ENABLE_ASYNC_LOGGING": "false"}
-
-
-def _digest(model_dir: Path) -> str:
-    return hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
 
 
 def _setup(chain: Path, tmp: Path) -> list[str]:
@@ -48,10 +38,10 @@ def _curve(tmp: Path) -> list[dict]:
 def test_rl_kill_9_then_rerun_continues_to_the_same_weights(chain, tmp_path):
     ref, killed = tmp_path / "ref", tmp_path / "killed"
     cmd = {d: _setup(chain, d) for d in (ref, killed)}
-    subprocess.run(cmd[ref], cwd=ref, env=_env(), check=True, capture_output=True)
-    assert _digest(ref / "models" / "rl") != _digest(chain / "models" / "sft")  # the run did train
+    subprocess.run(cmd[ref], cwd=ref, env=subprocess_env(), check=True, capture_output=True)
+    assert weights_digest(ref / "models" / "rl") != weights_digest(chain / "models" / "sft")  # the run did train
 
-    proc = subprocess.Popen(cmd[killed], cwd=killed, env=_env(), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(cmd[killed], cwd=killed, env=subprocess_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     state = killed / "checkpoints" / "rl" / "state.pt"
     deadline = time.time() + 300
@@ -62,10 +52,10 @@ def test_rl_kill_9_then_rerun_continues_to_the_same_weights(chain, tmp_path):
     proc.wait()
     assert not (killed / "models" / "rl").exists()  # really killed mid-run
 
-    subprocess.run(cmd[killed], cwd=killed, env=_env(), check=True, capture_output=True)
+    subprocess.run(cmd[killed], cwd=killed, env=subprocess_env(), check=True, capture_output=True)
     m = json.loads((killed / "metrics" / "rl.json").read_text())
     assert 3 <= m["resumed_from_step"] < 24 and m["steps"] == 24
     # same seed, same weights: the resumed run ends exactly where the uninterrupted one did
-    assert _digest(killed / "models" / "rl") == _digest(ref / "models" / "rl")
+    assert weights_digest(killed / "models" / "rl") == weights_digest(ref / "models" / "rl")
     assert _curve(killed) == _curve(ref)
     assert not state.exists()  # the finished model is the output; no stale resume point is left

@@ -7,7 +7,6 @@ Checks outputs (loadable models, metrics, loss curves), the MLflow runs, rerun d
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import shutil
@@ -19,21 +18,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, smoke_params, write_params
+from conftest import ROOT, smoke_params, subprocess_env, weights_digest, write_params
 
 from dsmath.stage import run_stage
 from stages import base, pretrain, sft, tokenizer
 
 TRAINING = ("base", "pretrain", "sft")
-
-
-def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "DSMATH_PARENT_RUN_ID")}
-    return env | {"PYTHONPATH": str(ROOT), "MLFLOW_ENABLE_ASYNC_LOGGING": "false"}
-
-
-def _digest(model_dir: Path) -> str:
-    return hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
 
 
 def _metrics(tmp: Path, stage: str) -> dict:
@@ -99,7 +89,7 @@ def test_same_params_same_seed_identical_weights(chain, tmp_path, monkeypatch):
     _copy_inputs(chain, tmp_path, "data", "models/tokenizer")
     monkeypatch.chdir(tmp_path)
     run_stage(base.main, ["--params", str(write_params(tmp_path, smoke_params(tmp_path)))])
-    assert _digest(tmp_path / "models" / "base") == _digest(chain / "models" / "base")
+    assert weights_digest(tmp_path / "models" / "base") == weights_digest(chain / "models" / "base")
 
 
 def _pretrain_cmd(tmp: Path, **overrides) -> list[str]:
@@ -113,12 +103,12 @@ def test_kill_9_then_rerun_continues_from_checkpoint_to_the_same_weights(chain, 
     ref, killed = tmp_path / "ref", tmp_path / "killed"
     for d in (ref, killed):
         _copy_inputs(chain, d, "data", "models/base")
-    subprocess.run(_pretrain_cmd(ref, **long_run), cwd=ref, env=_env(ref), check=True, capture_output=True)
+    subprocess.run(_pretrain_cmd(ref, **long_run), cwd=ref, env=subprocess_env(), check=True, capture_output=True)
 
     proc = subprocess.Popen(
         _pretrain_cmd(killed, **long_run),
         cwd=killed,
-        env=_env(killed),
+        env=subprocess_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -130,10 +120,10 @@ def test_kill_9_then_rerun_continues_from_checkpoint_to_the_same_weights(chain, 
     proc.wait()
     assert not (killed / "models" / "pretrain").exists()  # really killed mid-run
 
-    subprocess.run(_pretrain_cmd(killed, **long_run), cwd=killed, env=_env(killed), check=True, capture_output=True)
+    subprocess.run(_pretrain_cmd(killed, **long_run), cwd=killed, env=subprocess_env(), check=True, capture_output=True)
     m = _metrics(killed, "pretrain")
     assert 20 <= m["resumed_from_step"] < 240 and m["steps"] == 240
-    assert _digest(killed / "models" / "pretrain") == _digest(ref / "models" / "pretrain")
+    assert weights_digest(killed / "models" / "pretrain") == weights_digest(ref / "models" / "pretrain")
     assert [r["loss"] for r in _curve(killed, "pretrain")] == [r["loss"] for r in _curve(ref, "pretrain")]
 
 
@@ -147,10 +137,10 @@ def test_two_process_ddp_matches_one_process(chain, tmp_path):
     for d in (one, two):
         _copy_inputs(chain, d, "data", "models/base")
     cmd = _pretrain_cmd(one, **settings)
-    subprocess.run(cmd, cwd=one, env=_env(one), check=True, capture_output=True)
+    subprocess.run(cmd, cwd=one, env=subprocess_env(), check=True, capture_output=True)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     ddp = subprocess.run(
-        torchrun + _pretrain_cmd(two, **settings)[1:], cwd=two, env=_env(two), capture_output=True, text=True
+        torchrun + _pretrain_cmd(two, **settings)[1:], cwd=two, env=subprocess_env(), capture_output=True, text=True
     )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     loss_one = [float(r["loss"]) for r in _curve(one, "pretrain")]

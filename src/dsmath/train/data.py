@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 
 from dsmath import prompts
-from dsmath.data.io import read_jsonl  # noqa: F401  (the training stages read their data through here)
 
 IGNORE = -100  # label of a position that carries no loss
 

@@ -10,16 +10,16 @@ other mode in ``probe.modes`` greedily only (``<mode>/greedy``, format-error rat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import SimpleNamespace
 
+from dsmath.config import Evaluate
 from dsmath.evaluation.evaluate import Generator, evaluate_split
 
 
-def _eval_cfg(probe) -> SimpleNamespace:
+def _eval_cfg(probe) -> Evaluate:
     """The evaluation settings the probe implies: k samples per problem, pass@1 and pass@k, maj@k."""
-    return SimpleNamespace(n_samples=probe.k, k=sorted({1, probe.k}), temperature=probe.temperature,
-                           max_new_tokens=probe.max_new_tokens, max_tool_calls=probe.max_tool_calls,
-                           batch_size=probe.batch_size, engine="auto")
+    return Evaluate(n_samples=probe.k, k=sorted({1, probe.k}), temperature=probe.temperature,
+                    max_new_tokens=probe.max_new_tokens, max_tool_calls=probe.max_tool_calls,
+                    batch_size=probe.batch_size)
 
 
 def accuracy_probe(model, tokenizer, records: Sequence[dict], probe, sandbox_cfg, rewards_cfg,
@@ -39,7 +39,6 @@ def accuracy_probe(model, tokenizer, records: Sequence[dict], probe, sandbox_cfg
         if mode == probe.mode:
             rows = [{"mode": mode, "question": x["question"], "gold": x["gold"], "greedy": x["greedy"],
                      "correct": x["greedy_correct"]} for x in r]
-            n = max(len(records), 1)
             metrics |= {"greedy_acc": m["greedy"], f"pass_at_{probe.k}": m[f"pass@{probe.k}"],
-                        "sample_acc": sum(sum(x["sample_correct"]) for x in r) / (n * probe.k)}
+                        "sample_acc": m["pass@1"]}  # pass@1 over k samples = the mean sampled accuracy
     return metrics, rows

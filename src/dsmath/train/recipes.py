@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from dsmath import model as models
-from dsmath.train import causal, checkpoint, data
+from dsmath.data.io import read_jsonl
+from dsmath.train import causal, checkpoint
 from dsmath.train.loop import LogFn
 
 
@@ -47,13 +48,13 @@ def base(params, accelerator, log: LogFn) -> Outcome:
         model, tokenizer = models.load_pretrained(params.model)
         metrics = {"params": models.param_count(model), "steps": 0}
         if accelerator.is_main_process:
-            corpus = causal.prepare_corpus(data.read_jsonl(code_file), tokenizer, section, seed)
+            corpus = causal.prepare_corpus(read_jsonl(code_file), tokenizer, section, seed)
             metrics |= causal.heldout_metrics(model, corpus, section.train.micro_batch_size, "heldout_code")
         return Outcome(model, tokenizer, metrics=metrics)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-    corpus = causal.prepare_corpus(data.read_jsonl(code_file), tokenizer, section, seed)
+    corpus = causal.prepare_corpus(read_jsonl(code_file), tokenizer, section, seed)
     model = models.build_scratch(params.model, tokenizer, seed)
     fp = run_fingerprint(
         params, {"model": params.model.model_dump(), "base": section.model_dump()}, [tok_dir, code_file]
@@ -73,7 +74,7 @@ def pretrain(params, accelerator, log: LogFn) -> Outcome:
     paths, section, seed = params.common.paths, params.pretrain, params.common.seed
     base_dir, math_file = stage_dirs(params, "base")[0], Path(paths.corpus) / "math.jsonl"
     model, tokenizer = models.load_dir(base_dir)
-    corpus = causal.prepare_corpus(data.read_jsonl(math_file), tokenizer, section, seed)
+    corpus = causal.prepare_corpus(read_jsonl(math_file), tokenizer, section, seed)
     batch = section.train.micro_batch_size
     before = causal.heldout_metrics(model, corpus, batch, "heldout_before") if accelerator.is_main_process else {}
     fp = run_fingerprint(params, {"pretrain": section.model_dump()}, [base_dir, math_file])

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dsmath import model as models
+from dsmath.data.io import read_jsonl
 from dsmath.train import causal, data, evaluate, probe, recipes
 from dsmath.train.loop import LogFn, train
 
@@ -34,7 +35,7 @@ def sft(params, accelerator, log: LogFn) -> recipes.Outcome:
     synthetic = Path(params.common.paths.synthetic)
     start_dir = recipes.stage_dirs(params, "pretrain")[0]
     model, tokenizer = models.load_dir(start_dir)
-    records = data.read_jsonl(synthetic / "train.jsonl")
+    records = read_jsonl(synthetic / "train.jsonl")
     records = records[: section.max_examples] if section.max_examples else records
     examples = examples_for(records, section.mix, tokenizer, section.train.seq_len, seed)
     pad = tokenizer.pad_token_id
@@ -57,14 +58,14 @@ def sft(params, accelerator, log: LogFn) -> recipes.Outcome:
         return recipes.Outcome(model, tokenizer, state.history, metrics)
     mean_len = sum(len(ids) for ids, _ in examples) / len(examples)
     metrics |= causal.speed_metrics(model, state, mean_len)
-    val = data.read_jsonl(synthetic / "val.jsonl")[: section.val_examples]
+    val = read_jsonl(synthetic / "val.jsonl")[: section.val_examples]
     metrics |= heldout_loss(
         model,
         examples_for(val, section.mix, tokenizer, section.train.seq_len, seed + 1),
         pad,
         section.train.micro_batch_size,
     )
-    test = data.read_jsonl(synthetic / "test.jsonl")[: section.probe.n_problems]
+    test = read_jsonl(synthetic / "test.jsonl")[: section.probe.n_problems]
     probe_metrics, rows = probe.accuracy_probe(model, tokenizer, test, section.probe, params.sandbox,
                                               params.rewards, seed)
     return recipes.Outcome(model, tokenizer, state.history, metrics | probe_metrics, rows)
