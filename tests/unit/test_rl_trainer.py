@@ -52,7 +52,7 @@ def cfg(**kw):
 def test_each_algorithm_steps_and_moves_parameters(tok, algorithm):
     model = tiny_model(tok)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    trainer = RLTrainer(cfg(algorithm=algorithm, drop_equal_groups=False), model, tok, PROBLEMS, LengthScorer(),
+    trainer = RLTrainer(cfg(algorithm=algorithm, skip_zero_advantage=False), model, tok, PROBLEMS, LengthScorer(),
                         seed=1)
     metrics = trainer.step()
     for key in ("rl/reward_mean", "rl/accuracy", "rl/kl", "rl/entropy", "rl/response_len_mean", "rl/lr",
@@ -68,13 +68,22 @@ def test_each_algorithm_steps_and_moves_parameters(tok, algorithm):
         assert "rl/value_loss" in metrics
 
 
-def test_all_equal_groups_skip_the_update_without_nan(tok):
+@pytest.mark.parametrize("skip", [True, False])
+def test_all_equal_groups_without_nan(tok, skip):
+    """Equal rewards everywhere: the skip option trains no row; the faithful objective still trains every row (its
+    KL term), without NaN either way."""
     model = tiny_model(tok)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    trainer = RLTrainer(cfg(), model, tok, PROBLEMS, LengthScorer(constant=1.0), seed=1)
+    trainer = RLTrainer(cfg(skip_zero_advantage=skip), model, tok, PROBLEMS, LengthScorer(constant=1.0), seed=1)
     metrics = trainer.step()
-    assert metrics["rl/zero_std_groups"] == 1.0 and metrics["rl/trained_rows"] == 0
-    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+    assert metrics["rl/zero_std_groups"] == 1.0
+    assert metrics["rl/trained_rows"] == (0 if skip else 8)
+    if skip:
+        assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+        assert "rl/kl_loss" not in metrics
+    else:
+        assert "rl/kl_loss" in metrics
+    assert "rl/kl" in metrics
     assert all(v == v for v in metrics.values())  # no NaN
 
 
@@ -112,7 +121,7 @@ def test_resume_equals_uninterrupted(tok):
 
 
 def test_iterative_grpo_resets_the_reference(tok):
-    t = RLTrainer(cfg(ref_reset_every=1, drop_equal_groups=False), tiny_model(tok), tok, PROBLEMS, LengthScorer(),
+    t = RLTrainer(cfg(ref_reset_every=1, skip_zero_advantage=False), tiny_model(tok), tok, PROBLEMS, LengthScorer(),
                   seed=1)
     t.step()
     after_first = {n: p.detach().clone() for n, p in t.policy.named_parameters()}

@@ -70,7 +70,9 @@ class Rl(Section):
     kl: Literal["k1", "k2", "k3"] = "k3"
     aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "seq-mean-token-mean"
     scale_rewards: bool = True
-    drop_equal_groups: bool = True
+    skip_zero_advantage: bool = False  # leave zero-advantage rows out of the update (drops their KL term)
+    dynamic_sampling: bool = False  # DAPO: resample until prompts_per_step groups have reward spread
+    dynamic_sampling_rounds: PosInt = 4  # most sampling rounds of prompts_per_step questions per step
     temperature: Annotated[float, Field(gt=0)] = 1.0
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
     max_new_tokens: PosInt = 96
@@ -83,3 +85,12 @@ class Rl(Section):
     eval_problems: PosInt = 200
     samples_every: PosInt = 25
     ppo: Ppo = Ppo()
+
+    @model_validator(mode="after")
+    def _combinations(self) -> Rl:
+        if self.advantage == "process" and self.algorithm != "grpo":
+            raise ValueError(f"advantage: process supervision is a GRPO advantage (got algorithm {self.algorithm})")
+        if self.dynamic_sampling and self.algorithm not in ("grpo", "online_rft"):
+            raise ValueError(f"dynamic_sampling: needs a group-relative algorithm, grpo or online_rft "
+                             f"(got {self.algorithm})")
+        return self

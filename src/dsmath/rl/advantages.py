@@ -11,6 +11,17 @@ from collections.abc import Callable
 import torch
 
 
+def equal_reward_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(B*G,) rewards -> (B,) bool: every output of the group got exactly the same reward (no learning signal).
+
+    An exact equality test, not ``std == 0``: the float std of 8 x 0.1 is ~8e-9, not 0.
+    """
+    if rewards.dim() != 1 or rewards.numel() % group_size:
+        raise ValueError(f"rewards: expected shape (B*G,) with G={group_size}, got {tuple(rewards.shape)}")
+    r = rewards.view(-1, group_size)
+    return (r == r[:, :1]).all(dim=1)
+
+
 def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
     """Outcome supervision: ``A_i = (r_i - mean(r)) / (std(r) + eps)`` within each group (DeepSeekMath eq. in 4.1.2).
 
@@ -26,8 +37,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True,
         centred = centred / (r.std(dim=1, keepdim=True) + eps)
     # exactly 0 for equal rewards: the float mean of G copies of 0.1 is not 0.1, and the rounding residue divided
     # by (0 + eps) would be a spurious advantage (and keep the group from being dropped as signal-free)
-    equal = (r == r[:, :1]).all(dim=1, keepdim=True)
-    return centred.masked_fill(equal, 0.0).reshape(-1)
+    return centred.masked_fill(equal_reward_groups(rewards, group_size)[:, None], 0.0).reshape(-1)
 
 
 def process_advantages(step_rewards: torch.Tensor, step_ends: torch.Tensor, step_mask: torch.Tensor,

@@ -38,27 +38,43 @@ KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] =
 # aggregation of per-token values (N, T) under a mask (N, T) into one scalar
 
 
-def seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """DeepSeekMath / GRPO: mean over each output's tokens, then mean over outputs (1/G sum_i 1/|o_i| sum_t)."""
+def seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, *, rows: float | None = None,
+                        tokens: float | None = None, max_tokens: int | None = None) -> torch.Tensor:
+    """DeepSeekMath / GRPO: mean over each output's tokens, then mean over outputs (1/G sum_i 1/|o_i| sum_t).
+
+    rows: the number of outputs the outer mean divides by (default: the rows of `values` that have tokens); the
+    trainer passes the whole batch's count when it leaves zero-advantage rows out of the forward pass.
+    """
     m = mask.to(values.dtype)
     per_seq = (values * m).sum(-1) / m.sum(-1).clamp(min=1)
     has_tokens = (m.sum(-1) > 0).to(values.dtype)
-    return (per_seq * has_tokens).sum() / has_tokens.sum().clamp(min=1)
+    denom = has_tokens.sum().clamp(min=1) if rows is None else max(rows, 1)
+    return (per_seq * has_tokens).sum() / denom
 
 
-def token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """DAPO: mean over all completion tokens of the batch (long outputs weigh in proportion to their length)."""
+def token_mean(values: torch.Tensor, mask: torch.Tensor, *, rows: float | None = None,
+               tokens: float | None = None, max_tokens: int | None = None) -> torch.Tensor:
+    """DAPO: mean over all completion tokens of the batch (long outputs weigh in proportion to their length).
+
+    tokens: the token count to divide by (default: the mask's sum).
+    """
     m = mask.to(values.dtype)
-    return (values * m).sum() / m.sum().clamp(min=1)
+    denom = m.sum().clamp(min=1) if tokens is None else max(tokens, 1)
+    return (values * m).sum() / denom
 
 
-def seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Dr. GRPO: sum over tokens divided by a constant (the padded length T), then mean over outputs."""
+def seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, *, rows: float | None = None,
+                            tokens: float | None = None, max_tokens: int | None = None) -> torch.Tensor:
+    """Dr. GRPO: each output's token sum divided by a constant, the generation budget `max_tokens` (not the padded
+    width, which changes from batch to batch), then the mean over outputs (all rows, or `rows`)."""
+    if max_tokens is None or max_tokens < 1:
+        raise ValueError("seq-mean-token-sum-norm needs max_tokens >= 1 (the generation budget, rl.max_new_tokens)")
     m = mask.to(values.dtype)
-    return ((values * m).sum(-1) / values.shape[-1]).mean()
+    denom = values.shape[0] if rows is None else rows
+    return (values * m).sum() / max_tokens / max(denom, 1)
 
 
-AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
     "seq-mean-token-mean": seq_mean_token_mean,
     "token-mean": token_mean,
     "seq-mean-token-sum-norm": seq_mean_token_sum_norm,
@@ -76,12 +92,15 @@ def _pick(table: dict, kind: str, name: str):
 
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
                 clip_eps: float, ref_logprobs: torch.Tensor | None = None, beta: float = 0.0, kl: str = "k3",
-                aggregation: str = "seq-mean-token-mean", clip_eps_high: float | None = None):
+                aggregation: str = "seq-mean-token-mean", clip_eps_high: float | None = None,
+                max_tokens: int | None = None, rows: float | None = None, tokens: float | None = None):
     """Clipped surrogate with an in-loss KL penalty (DeepSeekMath eq. 3); returns (loss, stats).
 
     logprobs, old_logprobs, ref_logprobs: (N, T) log-probs of the sampled tokens under the current, old and reference
     policies (N = B*G outputs); advantages: (N, T), or (N,) broadcast over tokens; mask: (N, T) 1 on completion
-    tokens. ``clip_eps_high`` (DAPO's clip-higher) defaults to ``clip_eps``.
+    tokens. ``clip_eps_high`` (DAPO's clip-higher) defaults to ``clip_eps``. max_tokens: the generation budget, the
+    constant normaliser of ``seq-mean-token-sum-norm``; rows / tokens: denominators of the aggregation when the
+    batch is a subset of the objective's (see the aggregation functions; default: this batch's own counts).
     stats: kl (aggregated like the loss; 0 without a reference), clip_frac_low / clip_frac_high (fraction of tokens
     where the clipped branch is active with A < 0 / A > 0), clip_frac, ratio_mean/min/max over masked tokens.
     """
@@ -99,8 +118,9 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         per_token = per_token + beta * kl_tokens
     elif ref_logprobs is not None:
         kl_tokens = _pick(KL_ESTIMATORS, "kl estimator", kl)(logprobs, ref_logprobs).detach()
-    loss = agg(per_token, mask)
-    return loss, _stats(ratio.detach(), advantages, mask, clip_eps, high, agg(kl_tokens.detach(), mask))
+    norm = {"rows": rows, "tokens": tokens, "max_tokens": max_tokens}
+    loss = agg(per_token, mask, **norm)
+    return loss, _stats(ratio.detach(), advantages, mask, clip_eps, high, agg(kl_tokens.detach(), mask, **norm))
 
 
 def _stats(ratio, advantages, mask, low, high, kl) -> dict[str, float]:

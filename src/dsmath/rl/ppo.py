@@ -11,36 +11,52 @@ import torch
 from torch import nn
 
 
+def last_token_index(mask: torch.Tensor) -> torch.Tensor:
+    """(N, T) mask -> (N,) position of the last 1 in each row (0 for an empty row).
+
+    Not ``mask.sum() - 1``: in tool mode the policy-token mask has a hole where the interpreter's output sits, so
+    the count of ones is not the position of the last one.
+    """
+    pos = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+    return ((mask != 0) * pos).amax(dim=1).clamp(min=1) - 1
+
+
 def kl_penalised_rewards(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
                          mask: torch.Tensor, kl_coef: float) -> torch.Tensor:
     """DeepSeekMath eq. 2: r_t = r_phi(q, o_<=t) 1[t = last] - beta * log(pi_theta(o_t) / pi_ref(o_t)).
 
-    scores: (N,) outcome reward of each output; logprobs, ref_logprobs, mask: (N, T). Returns (N, T), zero off-mask.
+    scores: (N,) outcome reward of each output; logprobs, ref_logprobs, mask: (N, T), mask 1 on the policy's own
+    tokens (tool-output holes and padding 0). The score goes on the last policy token. Returns (N, T), 0 off-mask.
     """
     m = mask.to(logprobs.dtype)
     rewards = -kl_coef * (logprobs - ref_logprobs) * m
-    last = (m.sum(dim=1).long() - 1).clamp(min=0)  # completions are right-padded: last valid index
     has = m.sum(dim=1) > 0
-    rewards[has, last[has]] += scores[has].to(rewards.dtype)
+    rows = has.nonzero().squeeze(-1)
+    rewards[rows, last_token_index(mask)[rows]] += scores[rows].to(rewards.dtype)
     return rewards
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float):
-    """Generalised advantage estimation over right-padded sequences; returns (advantages, returns), both (N, T).
+    """Generalised advantage estimation over the policy tokens of each row; returns (advantages, returns), (N, T).
 
-    delta_t = r_t + gamma * V_{t+1} - V_t (V beyond the last valid token is 0);
+    The recursion runs over the masked-in positions only, as if the row were compacted: a masked-out position
+    (padding, or a tool-output hole in the middle of the row) neither resets nor advances it, so the value and the
+    advantage of the first policy token after a hole carry back to the token before it. With t+1 the next policy
+    token: delta_t = r_t + gamma * V_{t+1} - V_t (V after the last policy token is 0);
     A_t = delta_t + gamma * lam * A_{t+1}; returns_t = A_t + V_t. Off-mask positions are 0.
     """
     m = mask.to(values.dtype)
+    on = mask != 0
     n, t = rewards.shape
     adv = torch.zeros_like(rewards)
     next_value = torch.zeros(n, dtype=values.dtype, device=values.device)
     next_adv = torch.zeros_like(next_value)
     for i in reversed(range(t)):
         delta = rewards[:, i] + gamma * next_value - values[:, i]
-        next_adv = (delta + gamma * lam * next_adv) * m[:, i]
-        adv[:, i] = next_adv
-        next_value = values[:, i] * m[:, i]
+        a = delta + gamma * lam * next_adv
+        adv[:, i] = a * m[:, i]
+        next_adv = torch.where(on[:, i], a, next_adv)
+        next_value = torch.where(on[:, i], values[:, i], next_value)
     return adv, (adv + values) * m
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -52,6 +52,11 @@ class Rollout:
     logprobs: torch.Tensor
     finished: torch.Tensor
     tool_calls: torch.Tensor
+
+    def select(self, rows: torch.Tensor | Sequence[int]) -> Rollout:
+        """The rollout of the given rows only (same widths P and T)."""
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.prompt_ids.device)
+        return Rollout(*(getattr(self, f.name)[idx] for f in fields(self)))
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -90,6 +95,30 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int,
         ids[i, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
         mask[i, width - len(p):] = 1
     return ids.to(device), mask.to(device)
+
+
+def concat_rollouts(parts: Sequence[Rollout], pad_token_id: int) -> Rollout:
+    """Rows of several rollouts in one: prompts re-padded on the left to the widest P, completions (and their masks
+    and log-probs) on the right to the widest T. Each row's tokens, masks and log-probs are unchanged."""
+    if not parts:
+        raise ValueError("concat_rollouts: need at least one rollout")
+    p = max(r.prompt_ids.shape[1] for r in parts)
+    t = max(r.completion_ids.shape[1] for r in parts)
+
+    def pad(x: torch.Tensor, width: int, value, left: bool) -> torch.Tensor:
+        extra = width - x.shape[1]
+        return torch.nn.functional.pad(x, (extra, 0) if left else (0, extra), value=value) if extra else x
+
+    return Rollout(
+        torch.cat([pad(r.prompt_ids, p, pad_token_id, True) for r in parts]),
+        torch.cat([pad(r.prompt_mask, p, 0, True) for r in parts]),
+        torch.cat([pad(r.completion_ids, t, pad_token_id, False) for r in parts]),
+        torch.cat([pad(r.completion_mask, t, 0, False) for r in parts]),
+        torch.cat([pad(r.loss_mask, t, 0, False) for r in parts]),
+        torch.cat([pad(r.logprobs, t, 0.0, False) for r in parts]),
+        torch.cat([r.finished for r in parts]),
+        torch.cat([r.tool_calls for r in parts]),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -2,15 +2,18 @@
 
 One step (``RLTrainer.step``):
 1. take ``prompts_per_step`` questions and sample ``group_size`` outputs each from the *old* policy (the policy as
-   it is now; offline RFT samples from the frozen SFT model instead), recording the per-token log-probs;
+   it is now; offline RFT samples from the frozen SFT model instead), recording the per-token log-probs (with
+   DAPO's dynamic sampling, more rounds until ``prompts_per_step`` groups have reward spread);
 2. score every output with the rule-based reward (``dsmath.rewards``) and get reference log-probs (frozen SFT model);
-3. turn rewards into per-token advantages by the algorithm's rule (the unified paradigm, sec. 5.2.1: each method is a
-   data source + a reward function + a gradient coefficient):
+3. turn rewards into per-token advantages by the algorithm's rule, looked up in ``ALGORITHMS`` by ``rl.algorithm``
+   (the unified paradigm, sec. 5.2.1: each method is a data source + a reward function + a gradient coefficient):
    - grpo: group-relative, outcome ``(r - mean) / std`` or process (step rewards), KL to the reference in the loss;
    - ppo: learned critic + GAE on KL-penalised token rewards;
    - online_rft / rft: coefficient 1 on correct outputs, 0 elsewhere (supervised on the policy's / SFT's own
      correct samples), no ratio clipping and no KL;
-4. ``mu`` passes of the clipped surrogate over the batch in ``minibatches`` optimiser steps.
+4. ``mu`` passes of the clipped surrogate over the batch in ``minibatches`` optimiser steps. By default every output
+   of every group is in the objective with denominators over all G outputs (eq. 3); ``skip_zero_advantage`` leaves
+   rows with zero advantage out of the forward pass (a saving that drops their KL term, see ``update``).
 """
 
 from __future__ import annotations
@@ -19,17 +22,100 @@ import copy
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
 from dsmath import prompts
 from dsmath.rl import ppo as ppo_math
-from dsmath.rl.advantages import group_advantages, process_advantages
-from dsmath.rl.losses import policy_loss
-from dsmath.rl.rollout import Rollout, ToolMode, sample, sequence_logprobs
-from dsmath.rl.scoring import Scorer, decode_completions, step_rewards
+from dsmath.rl.advantages import equal_reward_groups, group_advantages, process_advantages
+from dsmath.rl.losses import KL_ESTIMATORS, policy_loss
+from dsmath.rl.rollout import Rollout, ToolMode, concat_rollouts, sample, sequence_logprobs
+from dsmath.rl.sampler import position_ids
+from dsmath.rl.scoring import Scorer, Scores, decode_completions, step_rewards
 
-RFT_LIKE = ("online_rft", "rft")
+
+@dataclass
+class Batch:
+    """One step's training data: B groups of G outputs, laid out group by group (rows g*G .. g*G+G-1)."""
+
+    problems: list[dict]  # (B,) the questions
+    rollout: Rollout  # (N = B*G rows)
+    golds: list[str]  # (N,)
+    scores: Scores  # (N,)
+
+    def select_groups(self, groups: Sequence[int], g: int) -> Batch:
+        rows = [i * g + j for i in groups for j in range(g)]
+        sc = self.scores
+        return Batch([self.problems[i] for i in groups], self.rollout.select(rows), [self.golds[r] for r in rows],
+                     Scores([sc.texts[r] for r in rows], sc.rewards[rows], sc.accuracy[rows], sc.format[rows]))
+
+
+def concat_batches(parts: Sequence[Batch], pad_token_id: int) -> Batch:
+    cat = lambda xs: torch.cat(xs) if xs else torch.zeros(0)  # noqa: E731
+    return Batch([p for b in parts for p in b.problems], concat_rollouts([b.rollout for b in parts], pad_token_id),
+                 [x for b in parts for x in b.golds],
+                 Scores([t for b in parts for t in b.scores.texts], cat([b.scores.rewards for b in parts]),
+                        cat([b.scores.accuracy for b in parts]), cat([b.scores.format for b in parts])))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the algorithms: each a data source + an advantage rule + loss settings (DeepSeekMath sec. 5.2.1, unified paradigm)
+
+AdvantageRule = Callable[["RLTrainer", Batch, torch.Tensor], tuple[torch.Tensor, dict]]
+
+
+def outcome_rule(tr: RLTrainer, b: Batch, ref_lp: torch.Tensor):
+    """GRPO outcome supervision (sec. 4.1.2): the output's group-normalised reward on every token."""
+    n, t = b.rollout.completion_ids.shape
+    return group_advantages(b.scores.rewards, tr.cfg.group_size, scale=tr.cfg.scale_rewards)[:, None].expand(n, t), {}
+
+
+def process_rule(tr: RLTrainer, b: Batch, ref_lp: torch.Tensor):
+    """GRPO process supervision (sec. 4.1.3): group-normalised step rewards, summed from each token on."""
+    ro = b.rollout
+    r, ends, smask = step_rewards(tr.tok, ro.completion_ids, ro.completion_mask, b.golds, loss_mask=ro.loss_mask)
+    return process_advantages(r, ends, smask, tr.cfg.group_size, ro.completion_ids.shape[1]), {}
+
+
+GRPO_ADVANTAGES: dict[str, AdvantageRule] = {"outcome": outcome_rule, "process": process_rule}
+
+
+def grpo_rule(tr: RLTrainer, b: Batch, ref_lp: torch.Tensor):
+    return GRPO_ADVANTAGES[tr.cfg.advantage](tr, b, ref_lp)
+
+
+def ppo_rule(tr: RLTrainer, b: Batch, ref_lp: torch.Tensor):
+    """PPO (eq. 1-2): KL-penalised token rewards (score on the last policy token), GAE with the critic, whitened."""
+    ro, c = b.rollout, tr.cfg.ppo
+    with torch.no_grad():
+        values = tr.values(ro)
+    rewards = ppo_math.kl_penalised_rewards(b.scores.rewards, ro.logprobs, ref_lp, ro.loss_mask, c.kl_coef)
+    adv, returns = ppo_math.gae(rewards, values, ro.loss_mask, c.gamma, c.lam)
+    return ppo_math.whiten(adv, ro.loss_mask), {"values": values, "returns": returns}
+
+
+def rft_rule(tr: RLTrainer, b: Batch, ref_lp: torch.Tensor):
+    """(Online) RFT: gradient coefficient 1 on correct outputs, 0 on the others."""
+    n, t = b.rollout.completion_ids.shape
+    return b.scores.accuracy[:, None].expand(n, t), {}
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    advantages: AdvantageRule
+    kl_in_loss: bool  # beta * KL(pi_theta || pi_ref) in the loss (GRPO); PPO has it in the reward, RFT has none
+    ratio: bool  # clipped ratio pi_theta / pi_old; False: the plain log-likelihood gradient (ratio fixed at 1)
+    sample_from_reference: bool = False  # offline RFT: outputs of the frozen SFT model
+    critic: bool = False  # a learned value model (PPO)
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "grpo": Algorithm(grpo_rule, kl_in_loss=True, ratio=True),
+    "ppo": Algorithm(ppo_rule, kl_in_loss=False, ratio=True, critic=True),
+    "online_rft": Algorithm(rft_rule, kl_in_loss=False, ratio=False),
+    "rft": Algorithm(rft_rule, kl_in_loss=False, ratio=False, sample_from_reference=True),
+}
 
 
 class RLTrainer:
@@ -38,31 +124,35 @@ class RLTrainer:
     def __init__(self, cfg, policy, tokenizer, problems: Sequence[dict], scorer: Scorer, seed: int,
                  tool_fn: Callable[[list[str]], list[str]] | None = None):
         self.cfg, self.policy, self.tok, self.problems, self.scorer = cfg, policy, tokenizer, list(problems), scorer
+        self.algo = ALGORITHMS[cfg.algorithm]
         self.ref = _frozen_copy(policy)
         self.opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         warm = max(cfg.warmup_steps, 1)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
         self.critic = self.critic_opt = None
-        if cfg.algorithm == "ppo":
+        if self.algo.critic:
             self.critic = ppo_math.ValueModel(copy.deepcopy(policy))
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=cfg.ppo.critic_lr)
         self.gen = torch.Generator().manual_seed(seed)
-        self.seed, self.step_count, self.skipped = seed, 0, 0
+        self.seed, self.step_count, self.skipped, self.cursor = seed, 0, 0, 0
         self.tool = ToolMode(tool_fn, tokenizer, max_calls=cfg.max_tool_calls) if tool_fn else None
         self.eos = [tokenizer.eos_token_id]
         self.last_samples: list[dict] = []  # a few completions of the latest step, for the MLflow samples table
 
     # ---------------------------------------------------------------- data
 
-    def prompt_batch(self, step: int) -> list[dict]:
-        """The questions of `step`: consecutive slices of a per-epoch permutation seeded by (seed, epoch)."""
-        b, n = self.cfg.prompts_per_step, len(self.problems)
-        out = []
-        for i in range(step * b, step * b + b):
+    def prompts_at(self, start: int, count: int) -> list[dict]:
+        """Questions start .. start+count-1 of the stream: per-epoch permutations seeded by (seed, epoch)."""
+        n, out = len(self.problems), []
+        for i in range(start, start + count):
             epoch, pos = divmod(i, n)
             perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 1000 + epoch))
             out.append(self.problems[int(perm[pos])])
         return out
+
+    def prompt_batch(self, step: int) -> list[dict]:
+        """The questions of `step` without dynamic sampling: the step-th slice of `prompts_per_step`."""
+        return self.prompts_at(step * self.cfg.prompts_per_step, self.cfg.prompts_per_step)
 
     def encode(self, questions: Sequence[str]) -> list[list[int]]:
         texts = [prompts.format_prompt(q, self.cfg.mode, self.tok) for q in questions]
@@ -72,97 +162,108 @@ class RLTrainer:
 
     def step(self) -> dict[str, float]:
         """One rollout batch and its policy update; returns the step's metrics (namespaced rl/...)."""
-        cfg, g = self.cfg, self.cfg.group_size
+        cfg = self.cfg
         if cfg.ref_reset_every and self.step_count and self.step_count % cfg.ref_reset_every == 0:
             self.ref.load_state_dict(self.policy.state_dict())  # iterative GRPO (sec. 4.2)
-        batch = self.prompt_batch(self.step_count)
-        golds = [p["answer"] for p in batch for _ in range(g)]
         t0 = time.perf_counter()
-        ro = self.rollout([ids for ids in self.encode([p["question"] for p in batch]) for _ in range(g)])
-        t1 = time.perf_counter()
-        texts = decode_completions(self.tok, ro.completion_ids, ro.completion_mask)
-        scores = self.scorer(texts, golds)
-        self.last_samples = [{"question": batch[i // g]["question"], "gold": golds[i], "completion": texts[i],
-                              "reward": float(scores.rewards[i])} for i in range(min(2 * g, len(texts)))]
+        batch, sampled, times = self.collect()
         t2 = time.perf_counter()
+        ro = batch.rollout
         with torch.no_grad():
             ref_lp = sequence_logprobs(self.ref, ro.input_ids, ro.attention_mask, ro.completion_ids.shape[1],
                                        temperature=cfg.temperature)
-        adv, keep, extra = self.advantages(ro, scores, ref_lp, golds)
+        adv, extra = self.algo.advantages(self, batch, ref_lp)
+        adv = adv.contiguous()
+        keep = (adv != 0).any(dim=1) if cfg.skip_zero_advantage else torch.ones(len(adv), dtype=torch.bool)
         stats = self.update(ro, adv, ref_lp, keep, extra)
         t3 = time.perf_counter()
         self.step_count += 1
-        return self._metrics(ro, scores, ref_lp, keep, stats, (t1 - t0, t2 - t1, t3 - t2))
+        return self._metrics(batch, sampled, ref_lp, keep, stats, (times[0], times[1], t3 - t2), t2 - t0)
+
+    def collect(self) -> tuple[Batch, Scores, tuple[float, float]]:
+        """Sample and score the step's batch; returns (batch, scores of everything sampled, (generate s, score s)).
+
+        Plain: the next `prompts_per_step` questions. Dynamic sampling (DAPO): sample rounds of `prompts_per_step`
+        questions until `prompts_per_step` groups with reward spread are found or `dynamic_sampling_rounds` rounds
+        are spent; the batch is those groups, filled up with flat groups (in sampling order) when too few were found.
+        """
+        cfg, g, b = self.cfg, self.cfg.group_size, self.cfg.prompts_per_step
+        rounds, gen_s, score_s = [], 0.0, 0.0
+        for _ in range(cfg.dynamic_sampling_rounds if cfg.dynamic_sampling else 1):
+            t0 = time.perf_counter()
+            problems = self.prompts_at(self.cursor, b)
+            self.cursor += b
+            golds = [p["answer"] for p in problems for _ in range(g)]
+            ro = self.rollout([ids for ids in self.encode([p["question"] for p in problems]) for _ in range(g)])
+            t1 = time.perf_counter()
+            scores = self.scorer(decode_completions(self.tok, ro.completion_ids, ro.completion_mask), golds)
+            rounds.append(Batch(problems, ro, golds, scores))
+            gen_s, score_s = gen_s + t1 - t0, score_s + time.perf_counter() - t1
+            if sum(int((~equal_reward_groups(r.scores.rewards, g)).sum()) for r in rounds) >= b:
+                break
+        if len(rounds) == 1 and not cfg.dynamic_sampling:
+            batch = rounds[0]
+        else:
+            spread = [r.select_groups((~equal_reward_groups(r.scores.rewards, g)).nonzero().squeeze(-1).tolist(), g)
+                      for r in rounds]
+            flat = [r.select_groups(equal_reward_groups(r.scores.rewards, g).nonzero().squeeze(-1).tolist(), g)
+                    for r in rounds]
+            pool = concat_batches([x for x in spread + flat if x.problems], self.tok.pad_token_id)
+            batch = pool.select_groups(list(range(b)), g)
+        sampled = concat_batches(rounds, self.tok.pad_token_id).scores
+        self.last_samples = [{"question": batch.problems[i // g]["question"], "gold": batch.golds[i],
+                              "completion": batch.scores.texts[i], "reward": float(batch.scores.rewards[i])}
+                             for i in range(min(2 * g, len(batch.golds)))]
+        return batch, sampled, (gen_s, score_s)
 
     def rollout(self, prompt_ids: list[list[int]], temperature: float | None = None) -> Rollout:
-        model = self.ref if self.cfg.algorithm == "rft" else self.policy
+        model = self.ref if self.algo.sample_from_reference else self.policy
         model.eval()
         return sample(model, prompt_ids, max_new_tokens=self.cfg.max_new_tokens, eos_token_id=self.eos,
                       pad_token_id=self.tok.pad_token_id,
                       temperature=self.cfg.temperature if temperature is None else temperature,
                       top_p=self.cfg.top_p, generator=self.gen, tool=self.tool, engine=self.cfg.engine)
 
-    # ---------------------------------------------------------------- advantages per algorithm
-
-    def advantages(self, ro: Rollout, scores, ref_lp: torch.Tensor, golds: list[str]):
-        """(advantages (N, T), keep (N,) rows worth a training forward, extra tensors for PPO)."""
-        cfg, g = self.cfg, self.cfg.group_size
-        n, t = ro.completion_ids.shape
-        extra = {}
-        if cfg.algorithm == "grpo" and cfg.advantage == "outcome":
-            adv = group_advantages(scores.rewards, g, scale=cfg.scale_rewards)[:, None].expand(n, t)
-        elif cfg.algorithm == "grpo":
-            r, ends, smask = step_rewards(self.tok, ro.completion_ids, ro.loss_mask, golds)
-            adv = process_advantages(r, ends, smask, g, t)
-        elif cfg.algorithm in RFT_LIKE:
-            adv = scores.accuracy[:, None].expand(n, t)
-        else:
-            adv, extra = self._ppo_advantages(ro, scores, ref_lp)
-        # rows with zero advantage everywhere (equal-reward groups, wrong RFT samples) only carry the KL term:
-        # skipping their training forward is the main saving of a GRPO step
-        keep = (adv != 0).any(dim=1) if cfg.drop_equal_groups else torch.ones(n, dtype=torch.bool)
-        return adv.contiguous(), keep, extra
-
-    def _ppo_advantages(self, ro: Rollout, scores, ref_lp: torch.Tensor):
-        p, t, c = ro.prompt_ids.shape[1], ro.completion_ids.shape[1], self.cfg.ppo
-        with torch.no_grad():
-            values = self._values(ro, p, t)
-        rewards = ppo_math.kl_penalised_rewards(scores.rewards, ro.logprobs, ref_lp, ro.loss_mask, c.kl_coef)
-        adv, returns = ppo_math.gae(rewards, values, ro.loss_mask, c.gamma, c.lam)
-        return ppo_math.whiten(adv, ro.loss_mask), {"values": values, "returns": returns}
-
-    def _values(self, ro: Rollout, p: int, t: int) -> torch.Tensor:
+    def values(self, ro: Rollout) -> torch.Tensor:
         """(N, T) critic values of the state before each completion token (hidden state at the previous position)."""
-        from dsmath.rl.sampler import position_ids
-
+        p, t = ro.prompt_ids.shape[1], ro.completion_ids.shape[1]
         v = self.critic(ro.input_ids, ro.attention_mask, position_ids(ro.attention_mask))
         return v[:, p - 1 : p - 1 + t]
 
     # ---------------------------------------------------------------- the update
 
     def update(self, ro: Rollout, adv: torch.Tensor, ref_lp: torch.Tensor, keep: torch.Tensor, extra: dict):
-        """`mu` passes over the kept rows in `minibatches` optimiser steps; returns averaged loss statistics."""
+        """`mu` passes over the kept rows in `minibatches` optimiser steps; returns averaged loss statistics.
+
+        Every row is in the objective (eq. 3) unless `skip_zero_advantage` leaves rows whose advantage is 0 on every
+        token out of the forward pass; the aggregation's denominators then stay those of the whole batch (its
+        minibatch share), so the policy-gradient term is unchanged and only the skipped rows' KL term is lost.
+        """
         cfg = self.cfg
         rows = keep.nonzero().squeeze(-1)
         if len(rows) == 0:
             return {}
         self.policy.train()
         t = ro.completion_ids.shape[1]
-        beta = cfg.beta if cfg.algorithm == "grpo" else 0.0  # PPO: KL is in the reward; RFT: no KL
+        beta = cfg.beta if self.algo.kl_in_loss else 0.0
+        norm: dict = {"max_tokens": cfg.max_new_tokens}
+        if cfg.skip_zero_advantage:
+            norm |= {"rows": len(keep) / cfg.minibatches, "tokens": float(ro.loss_mask.sum()) / cfg.minibatches}
         acc: dict[str, list[float]] = {}
         for _ in range(cfg.mu):
             order = rows[torch.randperm(len(rows), generator=self.gen)]
             for mb in order.chunk(cfg.minibatches):
                 lp = sequence_logprobs(self.policy, ro.input_ids[mb], ro.attention_mask[mb], t,
                                        temperature=cfg.temperature)
-                old = lp.detach() if cfg.algorithm in RFT_LIKE else ro.logprobs[mb]
+                old = ro.logprobs[mb] if self.algo.ratio else lp.detach()
                 loss, stats = policy_loss(lp, old, adv[mb], ro.loss_mask[mb], clip_eps=cfg.clip_eps,
                                           ref_logprobs=ref_lp[mb], beta=beta, kl=cfg.kl, aggregation=cfg.aggregation,
-                                          clip_eps_high=cfg.clip_eps_high)
+                                          clip_eps_high=cfg.clip_eps_high, **norm)
+                stats["kl_loss"] = stats.pop("kl")  # the in-loss KL of the rows trained (rl/kl is the batch's)
                 stats["loss"] = float(loss.detach())
                 stats |= self._optimise(loss)
                 if self.critic is not None:
-                    stats |= self._critic_step(ro, mb, extra)
+                    stats |= self._critic_step(ro.select(mb), extra["values"][mb], extra["returns"][mb])
                 for k, v in stats.items():
                     acc.setdefault(k, []).append(v)
         return {k: sum(v) / len(v) for k, v in acc.items()}
@@ -183,14 +284,8 @@ class RLTrainer:
         self.sched.step()
         return {"grad_norm": float(norm)}
 
-    def _critic_step(self, ro: Rollout, mb: torch.Tensor, extra: dict) -> dict[str, float]:
-        p, t = ro.prompt_ids.shape[1], ro.completion_ids.shape[1]
-        sub = Rollout(*(getattr(ro, f)[mb] for f in ("prompt_ids", "prompt_mask", "completion_ids",
-                                                     "completion_mask", "loss_mask", "logprobs", "finished",
-                                                     "tool_calls")))
-        v = self._values(sub, p, t)
-        loss = ppo_math.value_loss(v, extra["values"][mb], extra["returns"][mb], ro.loss_mask[mb],
-                                   self.cfg.ppo.value_clip)
+    def _critic_step(self, ro: Rollout, old_values: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
+        loss = ppo_math.value_loss(self.values(ro), old_values, returns, ro.loss_mask, self.cfg.ppo.value_clip)
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.max_grad_norm)
@@ -199,32 +294,37 @@ class RLTrainer:
 
     # ---------------------------------------------------------------- metrics, evaluation, checkpoints
 
-    def _metrics(self, ro: Rollout, scores, ref_lp, keep, stats, times) -> dict[str, float]:
-        g = self.cfg.group_size
+    def _metrics(self, batch: Batch, sampled: Scores, ref_lp, keep, stats, times, step_s) -> dict[str, float]:
+        """Reward, accuracy, format and flat groups over every output sampled this step; the rest over the batch.
+
+        rl/kl: the configured estimator between the sampling policy and the reference, token mean over every
+        policy token of the batch (the same quantity on every step); rl/kl_loss: the in-loss value of the update.
+        """
+        ro, g = batch.rollout, self.cfg.group_size
         lengths = ro.completion_mask.sum(dim=1).float()
         m = ro.loss_mask.float()
-        tokens = float(ro.completion_mask.sum())
+        kl = KL_ESTIMATORS[self.cfg.kl](ro.logprobs, ref_lp)
         out = {
-            "reward_mean": float(scores.rewards.mean()),
-            "reward_std": float(scores.rewards.std()),
-            "accuracy": float(scores.accuracy.mean()),
-            "format_rate": float(scores.format.mean()),
+            "reward_mean": float(sampled.rewards.mean()),
+            "reward_std": float(sampled.rewards.std()),
+            "accuracy": float(sampled.accuracy.mean()),
+            "format_rate": float(sampled.format.mean()),
+            "zero_std_groups": float(equal_reward_groups(sampled.rewards, g).float().mean()),
+            "sampled_groups": float(len(sampled.rewards) // g),
+            "kl": float((kl * m).sum() / m.sum().clamp(min=1)),
             "entropy": float(-(ro.logprobs * m).sum() / m.sum().clamp(min=1)),  # sampled-token estimate
             "response_len_mean": float(lengths.mean()),
             "response_len_max": float(lengths.max()),
-            "zero_std_groups": float((scores.rewards.view(-1, g).std(dim=1) == 0).float().mean()),
-            "trained_rows": float(keep.sum()),
+            "trained_rows": float(keep.sum()) if stats else 0.0,
             "lr": self.sched.get_last_lr()[0],
             "skipped_steps": float(self.skipped),
-            "rollout_tokens_per_s": tokens / max(times[0], 1e-9),
+            "rollout_tokens_per_s": float(ro.completion_mask.sum()) / max(times[0], 1e-9),
             "time_generate_s": times[0],
             "time_score_s": times[1],
             "time_train_s": times[2],
+            "time_step_s": step_s + times[2],
             "tool_calls": float(ro.tool_calls.float().mean()),
         }
-        if "kl" not in stats:  # no update this step (every group had equal rewards): KL of the sampled batch
-            k3 = torch.exp(ref_lp - ro.logprobs) - (ref_lp - ro.logprobs) - 1
-            stats = {"kl": float((k3 * m).sum() / m.sum().clamp(min=1))}
         return {f"rl/{k}": v for k, v in (out | stats).items() if not (isinstance(v, float) and math.isnan(v))}
 
     def greedy_accuracy(self, problems: Sequence[dict], batch_size: int = 128) -> float:
@@ -244,7 +344,7 @@ class RLTrainer:
         return {
             "policy": self.policy.state_dict(), "ref": self.ref.state_dict(), "opt": self.opt.state_dict(),
             "sched": self.sched.state_dict(), "gen": self.gen.get_state(), "step": self.step_count,
-            "skipped": self.skipped, "torch_rng": torch.get_rng_state(),
+            "skipped": self.skipped, "cursor": self.cursor, "torch_rng": torch.get_rng_state(),
             "critic": self.critic.state_dict() if self.critic else None,
             "critic_opt": self.critic_opt.state_dict() if self.critic_opt else None,
         }
@@ -256,7 +356,7 @@ class RLTrainer:
         self.sched.load_state_dict(s["sched"])
         self.gen.set_state(s["gen"])
         torch.set_rng_state(s["torch_rng"])
-        self.step_count, self.skipped = s["step"], s["skipped"]
+        self.step_count, self.skipped, self.cursor = s["step"], s["skipped"], s["cursor"]
         if self.critic is not None:
             self.critic.load_state_dict(s["critic"])
             self.critic_opt.load_state_dict(s["critic_opt"])

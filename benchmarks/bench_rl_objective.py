@@ -1,0 +1,168 @@
+"""RL variants from one SFT model, side by side in one process: accuracy gain and s/step.
+
+Used for the objective choice of `rl.skip_zero_advantage` (faithful eq. 3 vs skipping zero-advantage rows) and to show
+that `rl.algorithm=ppo` learns in tool mode. Each variant is the workdir's params.yaml with `rl.*` overrides, trained
+from `<workdir>/models/sft` for `rl.steps` steps (no checkpoints, no MLflow), then evaluated greedily in `rl.mode` on
+the validation split (where choices are made) and on the synthetic test split (reported), with the paired standard
+error of the gain over the same problems. Curves go to `<out>.<variant>.csv`, a figure to `<out>.png`.
+
+    .venv/bin/python benchmarks/bench_rl_objective.py --workdir /tmp/full --out benchmarks/results/rl_objective \\
+        --variant faithful --variant skip:skip_zero_advantage=true --variant ppo:algorithm=ppo,steps=100
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import resource
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+from dsmath.config import parse_params
+from dsmath.data.io import read_jsonl
+from dsmath.evaluation.evaluate import Generator, evaluate_split
+from dsmath.model import load_dir
+from dsmath.rl.run import rl_problems, sandbox_tool
+from dsmath.rl.scoring import Scorer
+from dsmath.rl.trainer import RLTrainer
+from dsmath.train import flops
+
+
+def parse_variant(spec: str) -> tuple[str, dict]:
+    """'name:key=value,key=value' -> (name, {key: yaml value}); keys are under `rl.`."""
+    name, _, rest = spec.partition(":")
+    overrides = {}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        overrides[key] = yaml.safe_load(value)
+    return name, overrides
+
+
+def with_rl(raw: dict, overrides: dict):
+    raw = json.loads(json.dumps(raw))
+    for key, value in overrides.items():
+        node = raw["rl"]
+        *path, leaf = key.split(".")
+        for p in path:
+            node = node[p]
+        node[leaf] = value
+    return parse_params(raw)
+
+
+def greedy_correct(model, tok, params, records) -> list[bool]:
+    gen = Generator(model, tok, params.evaluate, params.sandbox, params.common.seed)
+    _, rows = evaluate_split(gen, records, params.rl.mode, params.evaluate, params.sandbox, params.rewards,
+                             sampled=False)
+    return [bool(r["greedy_correct"]) for r in rows]
+
+
+def paired(a: list[bool], b: list[bool]) -> dict:
+    """Mean of b - a and its standard error over the same problems."""
+    d = [float(y) - float(x) for x, y in zip(a, b, strict=True)]
+    n = len(d)
+    mean = sum(d) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    return {"gain": mean, "paired_se": sd / math.sqrt(n)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", required=True, help="a pipeline folder with params.yaml, data/ and models/sft")
+    ap.add_argument("--variant", action="append", required=True, help="name[:rl_key=value,...]")
+    ap.add_argument("--out", required=True, help="output prefix (writes <out>.json, <out>.<variant>.csv, <out>.png)")
+    args = ap.parse_args()
+    out = Path(args.out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    os.chdir(args.workdir)
+    raw = yaml.safe_load(Path("params.yaml").read_text())
+    base = parse_params(raw)
+    torch.set_num_threads(base.common.num_threads or torch.get_num_threads())
+    syn = Path(base.common.paths.synthetic)
+    val, test = read_jsonl(syn / "val.jsonl"), read_jsonl(syn / "test.jsonl")[: base.evaluate.datasets.synthetic]
+    sft, tok = load_dir(Path(base.common.paths.models) / "sft")
+    sft_val, sft_test = greedy_correct(sft, tok, base, val), greedy_correct(sft, tok, base, test)
+    report = {"machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+                          "matmul_gflops": flops.matmul_flops_per_s() / 1e9},
+              "sft": {"val_greedy": sum(sft_val) / len(val), "test_greedy": sum(sft_test) / len(test)},
+              "variants": {}}
+    print(json.dumps(report), flush=True)
+    curves = {}
+    for spec in args.variant:
+        name, overrides = parse_variant(spec)
+        params = with_rl(raw, overrides)
+        cfg = params.rl
+        policy, tok = load_dir(Path(params.common.paths.models) / "sft")
+        train, probe = rl_problems(params)
+        scorer = Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox)
+        tool_fn = sandbox_tool(params.sandbox) if cfg.mode == "tool" else None
+        trainer = RLTrainer(cfg, policy, tok, train, scorer, params.common.seed, tool_fn)
+        history = [{"step": 0, "rl/val_greedy_acc": trainer.greedy_accuracy(probe)}]
+        t0 = time.perf_counter()
+        for step in range(cfg.steps):
+            m = {"step": step + 1, **trainer.step()}
+            if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
+                m["rl/val_greedy_acc"] = trainer.greedy_accuracy(probe)
+            history.append(m)
+            if (step + 1) % 10 == 0:
+                print(name, step + 1, {k: round(v, 4) for k, v in m.items() if k in (
+                    "rl/reward_mean", "rl/accuracy", "rl/kl", "rl/val_greedy_acc", "rl/time_step_s")}, flush=True)
+        train_s = time.perf_counter() - t0
+        rl_val, rl_test = greedy_correct(policy, tok, params, val), greedy_correct(policy, tok, params, test)
+        steps, last = history[1:], history[-10:]
+        report["variants"][name] = {
+            "overrides": overrides, "steps": cfg.steps, "s_per_step": train_s / cfg.steps,
+            "val_greedy": sum(rl_val) / len(val), "test_greedy": sum(rl_test) / len(test),
+            "val": paired(sft_val, rl_val), "test": paired(sft_test, rl_test),
+            "reward_first10": sum(h["rl/reward_mean"] for h in steps[:10]) / len(steps[:10]),
+            "reward_last10": sum(h["rl/reward_mean"] for h in last) / len(last),
+            "kl_last10": sum(h["rl/kl"] for h in last) / len(last),
+            "trained_rows_mean": sum(h.get("rl/trained_rows", 0.0) for h in steps) / len(steps),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+        print(name, json.dumps(report["variants"][name]), flush=True)
+        curves[name] = history
+        keys = ["step", "rl/reward_mean", "rl/accuracy", "rl/kl", "rl/zero_std_groups", "rl/trained_rows",
+                "rl/time_step_s", "rl/val_greedy_acc"]
+        with open(f"{out}.{name}.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(history)
+        Path(f"{out}.json").write_text(json.dumps(report, indent=1) + "\n")
+    plot(curves, Path(f"{out}.png"))
+
+
+def plot(curves: dict[str, list[dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
+    for name, hist in curves.items():
+        rows = [h for h in hist if "rl/reward_mean" in h]
+        steps = [h["step"] for h in rows]
+        for ax, key in zip(axes[:2], ("rl/reward_mean", "rl/kl"), strict=True):
+            ys = [h[key] for h in rows]
+            smooth = [sum(ys[max(0, i - 9): i + 1]) / len(ys[max(0, i - 9): i + 1]) for i in range(len(ys))]
+            ax.plot(steps, smooth, label=name)
+            ax.set_title(f"{key} (10-step moving average)")
+        val = [(h["step"], h["rl/val_greedy_acc"]) for h in hist if "rl/val_greedy_acc" in h]
+        if val:
+            axes[2].plot(*zip(*val, strict=True), marker="o", label=name)
+        axes[2].set_title("greedy accuracy, 200 val problems")
+    for ax in axes:
+        ax.set_xlabel("RL step")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
