@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from dsmath.rewards import code_blocks, extract_answer, fenced_blocks, last_boxed
+from dsmath.rewards import code_blocks, extract_answer, fenced_blocks, last_boxed, strip_output_blocks
 
 EXTRACT_CASES = [
     # (text, expected answer)
@@ -85,3 +85,20 @@ def test_fenced_blocks_and_code_blocks():
 def test_malformed_fences(text):
     assert fenced_blocks(text) is None
     assert code_blocks(text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (TOOL, "Let me compute.\n```python\nprint(3 * 12 - 5)\n```\n\nThe answer is \\boxed{31}."),
+        ("a\n```output\n\\boxed{7}\n```\nb\n```output\n8\n```\nc", "a\n\nb\n\nc"),  # every output block
+        ("a\n```output\n```python\n\\boxed{7}\n```\nb", "a\n\nb"),  # a fence with a language is output text
+        ("a\n```output\n\\boxed{7}", "a\n"),  # left open (cut off): runs to the end
+        ("```python\nprint(7)```\n```output\n7\n```\nb", "```python\nprint(7)```\n\nb"),  # code closed mid-line
+        ("```\nplain\n```\nno output here", "```\nplain\n```\nno output here"),
+        ("", ""),
+        (None, None),
+    ],
+)
+def test_strip_output_blocks(text, expected):
+    assert strip_output_blocks(text) == expected

@@ -3,6 +3,7 @@
 import pytest
 
 from dsmath.config import Rewards, Sandbox
+from dsmath.evaluation.evaluate import final_answers
 from dsmath.rewards import (
     REWARDS,
     accuracy_reward,
@@ -29,6 +30,40 @@ def test_accuracy_reward_cot():
     completions = [COT_RIGHT, COT_WRONG, COT_UNFORMATTED, "", "The answer is \\boxed{31"]
     assert accuracy_reward(completions, ["31"] * 5) == [1.0, 0.0, 1.0, 0.0, 0.0]
     assert accuracy_reward([], []) == []
+
+
+def tool(output: str, answer_line: str, code: str = "print(chr(92) + 'boxed{' + str(3 + 4) + '}')") -> str:
+    """A tool-mode completion whose program printed `output` (the model never wrote it) and its own answer line."""
+    return f"Let me compute.\n```python\n{code}\n```\n```output\n{output}\n```\n{answer_line}".rstrip("\n")
+
+
+TOOL_OWN_ANSWER = [  # (completion, accuracy against gold 7): only the model's own answer counts, not the output's
+    (tool("\\boxed{7}", ""), 0.0),  # no answer line of its own
+    (tool("The answer is 7", "", code="print('The', 'answer', 'is', 3 + 4)"), 0.0),
+    (tool("\\boxed{7}", "The answer is 8."), 0.0),  # its own (unboxed) answer is wrong
+    (tool("\\boxed{7}", "The answer is \\boxed{8}."), 0.0),
+    (tool("The answer is 7", "So it is 6.\nThe answer is 6.", code="print('The', 'answer', 'is', 3 + 4)"), 0.0),
+    (tool("\\boxed{7}", "The answer is \\boxed{7}."), 1.0),
+    (tool("\\boxed{9}", "The answer is 7."), 1.0),  # its own answer line, whatever the program printed
+    (tool("The answer is 8", "The answer is \\boxed{7}.", code="print('The', 'answer', 'is', 8)"), 1.0),
+    ("Let me compute.\n```python\nprint(7)\n```\n```output\n\\boxed{7}", 0.0),  # output block cut off
+]
+
+
+@pytest.mark.parametrize(("completion", "expected"), TOOL_OWN_ANSWER)
+def test_tool_accuracy_reads_the_models_own_answer_not_the_programs_output(completion, expected):
+    assert accuracy_reward([completion], ["7"], mode="tool") == [expected]
+    assert build_reward("accuracy", "tool")([completion], ["7"]) == [expected]
+    assert (final_answers([completion], "tool", Sandbox()) == ["7"]) == (expected == 1.0)  # evaluation agrees
+
+
+def test_tool_accuracy_keeps_format_and_other_modes_unchanged():
+    right = tool("\\boxed{9}", "The answer is \\boxed{7}.")
+    assert build_reward("format", "tool")([right, tool("\\boxed{7}", "")], ["7", "7"]) == [1.0, 0.0]
+    assert build_reward("combined", "tool")([right], ["7"]) == pytest.approx([1.1])
+    printed = tool("\\boxed{7}", "")  # cot mode reads the whole text, as before
+    assert accuracy_reward([printed], ["7"]) == [1.0] and build_reward("accuracy", "cot")([printed], ["7"]) == [1.0]
+    assert final_answers([printed], "cot", Sandbox()) == ["7"]
 
 
 def test_lengths_must_match():

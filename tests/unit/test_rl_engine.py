@@ -14,7 +14,7 @@ from torch.testing import assert_close
 from dsmath.config import ParamsError, Rl
 from dsmath.rl import ppo
 from dsmath.rl.advantages import equal_reward_groups
-from dsmath.rl.losses import kl_k3, policy_loss
+from dsmath.rl.losses import AGGREGATIONS, kl_k3, policy_loss
 from dsmath.rl.rollout import Rollout, concat_rollouts
 from dsmath.rl.scoring import Scores
 from dsmath.rl.trainer import ALGORITHMS, RLTrainer
@@ -235,3 +235,33 @@ def test_faithful_objective_is_the_default():
 def test_invalid_rl_combinations_are_refused(kw, match):
     with pytest.raises((ValueError, ParamsError), match=match):
         Rl(**kw)
+
+
+# ---------------------------------------------------------------- the other mask-taking functions on a tool mask
+
+
+def test_aggregations_on_a_tool_mask_ignore_the_hole_and_the_padding():
+    v = torch.arange(20, dtype=torch.float32).view(2, 10)
+    w = torch.where(TOOL_MASK.bool(), v, torch.full_like(v, 1e6))  # huge values in the hole and the padding
+    row0, row1 = (0 + 1 + 2 + 6 + 7), (10 + 11 + 14 + 15 + 16 + 17 + 18 + 19)
+    assert_close(AGGREGATIONS["seq-mean-token-mean"](w, TOOL_MASK), torch.tensor((row0 / 5 + row1 / 8) / 2))
+    assert_close(AGGREGATIONS["token-mean"](w, TOOL_MASK), torch.tensor((row0 + row1) / 13))
+    assert_close(AGGREGATIONS["seq-mean-token-sum-norm"](w, TOOL_MASK, max_tokens=16),
+                 torch.tensor((row0 + row1) / 16 / 2))
+
+
+def test_whiten_and_value_loss_on_a_tool_mask():
+    x = torch.where(TOOL_MASK.bool(), torch.randn(2, 10), torch.full((2, 10), 1e6))
+    w = ppo.whiten(x, TOOL_MASK)
+    on = TOOL_MASK.bool()
+    assert torch.equal(w[~on], torch.zeros(int((~on).sum())))
+    assert abs(float(w[on].mean())) < 1e-5 and abs(float(w[on].std(unbiased=False)) - 1) < 1e-4
+    v, old, ret = torch.zeros(2, 10), torch.zeros(2, 10), torch.where(on, 1.0, 1e6)
+    assert_close(ppo.value_loss(v, old, ret, TOOL_MASK, clip=0.2), torch.tensor(0.5))  # 0.5 * mean(1^2) on-mask
+
+
+def test_policy_loss_statistics_count_policy_tokens_only():
+    lp = torch.zeros(2, 10)
+    old = torch.where(TOOL_MASK.bool(), torch.zeros(2, 10), torch.full((2, 10), -5.0))  # ratio e^5 off-mask
+    _, stats = policy_loss(lp, old, torch.tensor([1.0, -1.0]), TOOL_MASK, clip_eps=0.2)
+    assert stats["clip_frac"] == 0.0 and stats["ratio_max"] == pytest.approx(1.0)

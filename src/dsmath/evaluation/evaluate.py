@@ -13,16 +13,25 @@ from tqdm import tqdm
 
 from dsmath import prompts
 from dsmath.evaluation.metrics import maj_at_k, mean_pass_at_k
-from dsmath.rewards import are_equivalent, build_reward, code_blocks, extract_answer, is_equivalent, program_answer
+from dsmath.rewards import (
+    are_equivalent,
+    build_reward,
+    code_blocks,
+    extract_answer,
+    is_equivalent,
+    own_text,
+    program_answer,
+)
 from dsmath.rl.rollout import ToolMode, sample
 from dsmath.rl.scoring import decode_completions
 
 
 def final_answers(texts: Sequence[str], mode: str, sandbox_cfg, last_number: bool = False) -> list[str | None]:
-    """The answer of each completion: the printed output of the last program (pot), else the extracted answer
-    (`last_number`: fall back to the last number in the text, for base models that never learnt the answer line)."""
+    """The answer of each completion: the printed output of the last program (pot), else the extracted answer, in
+    tool mode from the model's own text, not the interpreter's ```output blocks (`last_number`: fall back to the
+    last number in that text, for base models that never learnt the answer line)."""
     if mode != "pot":
-        return [extract_answer(t, last_number_fallback=last_number) for t in texts]
+        return [extract_answer(own_text(t, mode), last_number_fallback=last_number) for t in texts]
     from dsmath.sandbox import run_python_batch
 
     programs = [(code_blocks(t) or [None])[-1] for t in texts]

@@ -1,6 +1,7 @@
 """Rule-based rewards for RL and evaluation: answer extraction, equivalence, format checks, step verification.
 
     extract_answer(text) -> str | None                 the last \\boxed{} / #### N / "The answer is N"
+    own_text(text, mode) -> str                         tool mode: the text without the interpreter's ```output blocks
     is_equivalent(pred, gold) -> bool                   fast normalised/numeric compare, then math-verify (time-limited)
     accuracy_reward, format_reward, pot_accuracy_reward (completions (B,), golds (B,)) -> (B,)
     build_reward(name, mode, rewards, sandbox)          registry: accuracy | format | combined  x  cot | pot | tool
@@ -10,7 +11,7 @@ Model-written programs run through :mod:`dsmath.sandbox`.
 """
 
 from dsmath.rewards.equivalence import are_equivalent, is_equivalent
-from dsmath.rewards.extract import code_blocks, extract_answer, fenced_blocks, last_boxed
+from dsmath.rewards.extract import code_blocks, extract_answer, fenced_blocks, last_boxed, strip_output_blocks
 from dsmath.rewards.functions import (
     MODES,
     REWARDS,
@@ -19,6 +20,7 @@ from dsmath.rewards.functions import (
     build_reward,
     combined_reward,
     format_reward,
+    own_text,
     pot_accuracy_reward,
     program_answer,
 )
@@ -53,9 +55,11 @@ __all__ = [
     "is_equivalent",
     "last_boxed",
     "normalize_answer",
+    "own_text",
     "parse_number",
     "pot_accuracy_reward",
     "program_answer",
+    "strip_output_blocks",
     "token_ends",
     "verify_steps",
 ]

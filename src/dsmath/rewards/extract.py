@@ -99,6 +99,31 @@ def fenced_blocks(text: str | None) -> list[Fenced] | None:
     return blocks if opened is None else None
 
 
+def strip_output_blocks(text: str | None) -> str | None:
+    """`text` without its ```output blocks (fence lines included), i.e. what a tool-mode model wrote itself.
+
+    An output block runs from a "```output" fence line to the next bare "```" line (fence lines with a language
+    inside it are output text), or to the end of the text when it is left open. A "```output" line inside another
+    open block starts an output block too: the interpreter appends one whenever it sees a code block closed, even
+    by a fence that is not on a line of its own. Other blocks are kept.
+    """
+    if not isinstance(text, str):
+        return text
+    kept, pos, opened = [], 0, None
+    for m in _FENCE.finditer(text):
+        if opened is None or (m.group(1) == "output" and opened.group(1) != "output"):
+            opened = m
+        elif not m.group(1):  # a bare fence closes the open block
+            if opened.group(1) == "output":
+                kept.append(text[pos : opened.start()])
+                pos = m.end()
+            opened = None
+    if opened is not None and opened.group(1) == "output":
+        kept.append(text[pos : opened.start()])
+        pos = len(text)
+    return "".join(kept) + text[pos:]
+
+
 def code_blocks(text: str | None, lang: str = "python") -> list[str]:
     """Contents of the well-formed fenced `lang` blocks, in order ([] when none or when the fences are malformed)."""
     return [b.content for b in fenced_blocks(text) or [] if b.lang == lang]

@@ -3,8 +3,9 @@
 DeepSeekMath sec. 4.1.2 (outcome supervision) gives every completion one scalar reward at its last token; GRPO
 normalises the rewards within each group of G completions of one question, (r - mean) / std. Here:
 - accuracy: 1.0 when the final answer is equivalent to the gold answer, else 0.0. Modes (docs/formats.md): `cot` and
-  `tool` read the last \\boxed{} (extract_answer); `pot` runs the last ```python block in the sandbox and reads the
-  last non-empty line of its stdout (a program that fails, times out or prints nothing scores 0).
+  `tool` read the last \\boxed{} (extract_answer; `tool` only in the model's own text, outside the interpreter's
+  ```output blocks); `pot` runs the last ```python block in the sandbox and reads the last non-empty line of its
+  stdout (a program that fails, times out or prints nothing scores 0).
 - format: 1.0 when the text has the expected shape for its mode, else 0.0 (R1 sec. 2.2.2 format reward).
 - combined: accuracy_weight * accuracy + format_weight * format.
 """
@@ -18,7 +19,7 @@ from functools import partial
 
 from dsmath.config import Rewards, Sandbox
 from dsmath.rewards.equivalence import are_equivalent
-from dsmath.rewards.extract import code_blocks, extract_answer, fenced_blocks, last_boxed
+from dsmath.rewards.extract import code_blocks, extract_answer, fenced_blocks, last_boxed, strip_output_blocks
 from dsmath.sandbox import run_python_batch
 
 RewardFn = Callable[[list[str], list[str]], list[float]]
@@ -31,10 +32,18 @@ def _check_lengths(completions: list[str], golds: list[str]) -> None:
         raise ValueError(f"completions and golds differ in length ({len(completions)} != {len(golds)})")
 
 
-def accuracy_reward(completions: list[str], golds: list[str], timeout_s: float | None = None) -> list[float]:
-    """(B,) 1.0 where extract_answer(completion) is equivalent to gold, else 0.0 (cot and tool modes)."""
+def own_text(text: str, mode: str) -> str:
+    """The part of a completion the model wrote: in tool mode without the interpreter's ```output blocks."""
+    return strip_output_blocks(text) if mode == "tool" else text
+
+
+def accuracy_reward(completions: list[str], golds: list[str], timeout_s: float | None = None,
+                    mode: str = "cot") -> list[float]:
+    """(B,) 1.0 where extract_answer(completion) is equivalent to gold, else 0.0 (cot and tool modes). In tool mode
+    the answer is read from the model's own text (`own_text`): what a program prints does not count."""
     _check_lengths(completions, golds)
-    return [float(ok) for ok in are_equivalent([extract_answer(c) for c in completions], golds, timeout_s)]
+    answers = [extract_answer(own_text(c, mode)) for c in completions]
+    return [float(ok) for ok in are_equivalent(answers, golds, timeout_s)]
 
 
 def program_answer(stdout: str) -> str | None:
@@ -124,7 +133,7 @@ def _accuracy(mode: str, rewards: Rewards, sandbox: Sandbox) -> RewardFn:
         return partial(pot_accuracy_reward, timeout_s=sandbox.timeout_s, memory_mb=sandbox.memory_mb,
                        max_output_bytes=sandbox.max_output_bytes, workers=sandbox.workers,
                        equivalence_timeout_s=rewards.equivalence_timeout_s)
-    return partial(accuracy_reward, timeout_s=rewards.equivalence_timeout_s)
+    return partial(accuracy_reward, timeout_s=rewards.equivalence_timeout_s, mode=mode)
 
 
 def _combined(mode: str, rewards: Rewards, sandbox: Sandbox) -> RewardFn:

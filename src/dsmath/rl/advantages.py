@@ -1,12 +1,11 @@
-"""Advantage estimators of DeepSeekMath's GRPO (sec. 4.1.2 outcome, 4.1.3 process), chosen by name.
+"""Advantage estimators of DeepSeekMath's GRPO (sec. 4.1.2 outcome, 4.1.3 process); the trainer picks one by
+`rl.advantage` (`dsmath.rl.trainer.GRPO_ADVANTAGES`).
 
 All functions are tensor in / tensor out. Groups are laid out consecutively: rows ``g*G .. g*G+G-1`` of a ``(B*G, ...)``
 tensor are the G sampled outputs of question g.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 
@@ -64,21 +63,3 @@ def process_advantages(step_rewards: torch.Tensor, step_ends: torch.Tensor, step
     at_end = torch.zeros(n, seq_len, dtype=torch.float32, device=step_rewards.device)
     at_end.scatter_add_(1, step_ends.clamp(0, seq_len - 1).long(), norm)
     return at_end.flip(1).cumsum(1).flip(1)
-
-
-def outcome_token_advantages(rewards: torch.Tensor, group_size: int, seq_len: int, scale: bool = True,
-                             eps: float = 1e-6) -> torch.Tensor:
-    """(B*G,) rewards -> (B*G, seq_len): the output's group advantage repeated on every token."""
-    return group_advantages(rewards, group_size, scale, eps)[:, None].expand(-1, seq_len)
-
-
-ADVANTAGES: dict[str, Callable[..., torch.Tensor]] = {
-    "outcome": outcome_token_advantages,
-    "process": process_advantages,
-}
-
-
-def get_advantage_fn(name: str) -> Callable[..., torch.Tensor]:
-    if name not in ADVANTAGES:
-        raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(ADVANTAGES)}")
-    return ADVANTAGES[name]

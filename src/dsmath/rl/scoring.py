@@ -1,12 +1,15 @@
 """From a rollout to what the policy update needs: decoded completions, rule-based rewards, per-step rewards.
 
 Rewards come from the reward layer (`dsmath.rewards`): a scalar per output for outcome supervision, and, for process
-supervision (DeepSeekMath sec. 4.1.3), one reward per reasoning step placed at the step's last token.
+supervision (DeepSeekMath sec. 4.1.3), one reward per reasoning step placed at the step's last token. In tool mode
+the steps are the model's own lines: those of the interpreter's ```output blocks (loss_mask 0) get no reward.
 """
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -50,30 +53,133 @@ class Scorer:
         return Scores(texts, f(train), f(acc), f(fmt))
 
 
-def token_char_ends(tokenizer, ids: list[int]) -> list[tuple[int, int]]:
-    """(start, end) character span of each token in the decoded text (cumulative per-token decoding)."""
+@lru_cache(maxsize=1)
+def _byte_of_char() -> dict[str, int]:
+    """The byte-level BPE alphabet (GPT-2's bytes_to_unicode, inverted): printable character -> the byte it stands for.
+
+    Printable Latin-1 bytes stand for themselves; the 68 others (controls, space, ...) are shifted to chr(256 + k).
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    shifted = [b for b in range(256) if b not in printable]
+    table = {chr(b): b for b in printable}
+    table.update({chr(256 + k): b for k, b in enumerate(shifted)})
+    return table
+
+
+def token_bytes(tokenizer, ids: list[int]) -> list[bytes] | None:
+    """(T,) the UTF-8 bytes each token adds to the decoded text of a byte-level BPE tokenizer, b"" for special tokens.
+
+    A character outside the byte alphabet (an added token's text) stands for its own UTF-8 bytes, as in the
+    ByteLevel decoder. None when a token id is unknown to the tokenizer.
+    """
+    table, special = _byte_of_char(), set(tokenizer.all_special_ids)
+    out = []
+    for i, piece in zip(ids, tokenizer.convert_ids_to_tokens(ids), strict=True):
+        if piece is None:
+            return None
+        if i in special:
+            out.append(b"")
+            continue
+        out.append(b"".join(bytes([table[c]]) if c in table else c.encode() for c in piece))
+    return out
+
+
+def _spans_of_bytes(pieces: list[bytes]) -> tuple[str, list[tuple[int, int]]]:
+    """(T,) byte pieces -> their UTF-8 text and each piece's (start, end) character span in it.
+
+    A character whose bytes are split over several pieces belongs to the piece that completes it (its first bytes
+    add nothing to their pieces' spans); invalid bytes become U+FFFD.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    chunks, spans, pos = [], [], 0
+    for k, piece in enumerate(pieces):
+        chunk = decoder.decode(piece, final=k == len(pieces) - 1)
+        chunks.append(chunk)
+        spans.append((pos, pos + len(chunk)))
+        pos += len(chunk)
+    return "".join(chunks), spans
+
+
+def _spans_of_prefixes(tokenizer, ids: list[int], text: str) -> list[tuple[int, int]]:
+    """Fallback for any tokenizer, O(T^2): token i ends where decode(ids[:i+1]) stops agreeing with `text`."""
     spans, pos = [], 0
-    for piece in tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False):
-        spans.append((pos, pos + len(piece)))
-        pos += len(piece)
+    for prefix in tokenizer.batch_decode([ids[: i + 1] for i in range(len(ids))], skip_special_tokens=True):
+        end = pos
+        while end < min(len(prefix), len(text)) and prefix[end] == text[end]:
+            end += 1
+        spans.append((pos, end))
+        pos = end
+    if spans:
+        spans[-1] = (spans[-1][0], len(text))
     return spans
 
 
-def step_rewards(tokenizer, completion_ids: torch.Tensor, mask: torch.Tensor, golds: list[str]):
-    """Process rewards of each output's steps, aligned to tokens.
+def token_spans(tokenizer, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
+    """Decode (T,) ids once: the text (special tokens dropped, as `decode_completions`) and the (T,) (start, end)
+    character span of each token in it, contiguous and sorted. A multi-byte character split over tokens belongs to
+    the token that completes it; a special token, or one holding only the first bytes of a character, spans nothing.
 
-    Returns (rewards (N, S), ends (N, S) long token index of each step's last token, step_mask (N, S) bool),
-    S = most checked steps in any output. Steps are lines; only checkable ones count (an equation scores +1 right,
-    -1 wrong; the answer line is checked against the gold answer; see `dsmath.rewards.steps`).
+    Byte-level BPE tokenizers (ours, GPT-2 style) are mapped back to bytes in linear time; any tokenizer whose text
+    those bytes do not reproduce falls back to decoding the prefixes.
     """
-    rows = []
-    for ids, m, gold in zip(completion_ids, mask, golds, strict=True):
-        toks = ids[m.bool()].tolist()
-        spans = token_char_ends(tokenizer, toks)
-        text = "".join(tokenizer.batch_decode([[i] for i in toks], skip_special_tokens=False))
-        steps = [s for s in verify_steps(text, gold) if s.checked]  # unchecked steps carry no process signal
-        ends = token_ends([s.char_end for s in steps], spans)
-        rows.append(([s.reward for s in steps], ends))
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    pieces = token_bytes(tokenizer, ids)
+    if pieces is not None:
+        byte_text, spans = _spans_of_bytes(pieces)
+        if byte_text == text:
+            return text, spans
+    return text, _spans_of_prefixes(tokenizer, ids, text)
+
+
+def _last_policy_token(spans: list[tuple[int, int]], policy: list[bool], last: int, char_start: int) -> int | None:
+    """From token `last` (the one holding a step's last character) back to the step's start at `char_start`: the
+    first token the policy chose; None if there is none (the step is interpreter output).
+
+    spans: (K,) contiguous sorted token spans; policy: (K,) True where the policy chose the token (loss_mask 1).
+    """
+    for k in range(last, -1, -1):
+        if spans[k][1] <= char_start:
+            return None
+        if policy[k]:
+            return k
+    return None
+
+
+def _row_steps(tokenizer, ids: torch.Tensor, mask: torch.Tensor, policy: torch.Tensor,
+               gold: str) -> tuple[list[float], list[int]]:
+    """One output's checked steps written by the policy: rewards (S,) and completion positions (S,) of their ends.
+
+    ids, mask, policy: (T,); the text is decoded over `mask`, a step's end is its last token where `policy` is set.
+    """
+    positions = mask.bool().nonzero().squeeze(-1).tolist()
+    text, spans = token_spans(tokenizer, ids[positions].tolist())
+    chosen = policy.bool()[positions].tolist()
+    steps = [s for s in verify_steps(text, gold) if s.checked]  # unchecked steps carry no process signal
+    rewards, ends = [], []
+    for step, last in zip(steps, token_ends([s.char_end for s in steps], spans), strict=True):
+        k = _last_policy_token(spans, chosen, last, step.char_start)
+        if k is not None:  # None: the step lies in an interpreter output block, not the model's reasoning
+            rewards.append(step.reward)
+            ends.append(positions[k])
+    return rewards, ends
+
+
+def step_rewards(tokenizer, completion_ids: torch.Tensor, completion_mask: torch.Tensor, golds: list[str],
+                 loss_mask: torch.Tensor | None = None):
+    """Process rewards of each output's reasoning steps, placed at the steps' last tokens.
+
+    completion_ids, completion_mask: (N, T) as in `Rollout`; the steps are read from the text decoded over
+    completion_mask (tool output included, so lines keep their shape). loss_mask: (N, T) 1 on the tokens the policy
+    chose (None: all of completion_mask); a step with no such token (a line of a tool's ```output block) is dropped,
+    and a step ends on its last policy token. golds: (N,) answers the answer line is checked against.
+
+    Returns (rewards (N, S) float, ends (N, S) long completion positions in 0..T-1 of each step's last token,
+    step_mask (N, S) bool, which steps exist), S = most checked steps in any output (at least 1). Steps are lines;
+    only checkable ones count (an equation scores +1 right, -1 wrong; see `dsmath.rewards.steps`).
+    """
+    policy = (completion_mask if loss_mask is None else loss_mask).cpu()
+    rows = [_row_steps(tokenizer, ids, m, p, gold)
+            for ids, m, p, gold in zip(completion_ids.cpu(), completion_mask.cpu(), policy, golds, strict=True)]
     s = max([len(r) for r, _ in rows] + [1])
     n = len(rows)
     rewards, ends, step_mask = torch.zeros(n, s), torch.zeros(n, s, dtype=torch.long), torch.zeros(n, s, dtype=bool)
