@@ -54,7 +54,7 @@ class Rl(Section):
     algorithm: Literal["grpo", "ppo", "online_rft", "rft"] = "grpo"
     mode: Literal["cot", "pot", "tool"] = "cot"
     reward: Literal["accuracy", "format", "combined"] = "combined"
-    advantage: Literal["outcome", "process"] = "outcome"
+    advantage: Literal["outcome", "process", "rloo"] = "outcome"  # grpo: group-normalised | step rewards | RLOO
     steps: PosInt = 150
     prompts_per_step: PosInt = 16
     group_size: Annotated[int, Field(ge=2)] = 8
@@ -66,6 +66,9 @@ class Rl(Section):
     max_grad_norm: Annotated[float, Field(gt=0)] = 1.0
     clip_eps: Annotated[float, Field(gt=0, lt=1)] = 0.2
     clip_eps_high: Annotated[float, Field(gt=0)] | None = None
+    importance_ratio: Literal["token", "sequence"] = "token"  # sequence: GSPO's length-normalised sequence ratio
+    overlong_buffer: NonNegInt = 0  # DAPO soft overlong punishment over the last N tokens of the budget (0 = off)
+    overlong_penalty: Annotated[float, Field(ge=0)] = 1.0  # reward penalty at (and beyond) max_new_tokens
     beta: Annotated[float, Field(ge=0)] = 0.04
     kl: Literal["k1", "k2", "k3"] = "k3"
     aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "seq-mean-token-mean"
@@ -88,8 +91,11 @@ class Rl(Section):
 
     @model_validator(mode="after")
     def _combinations(self) -> Rl:
-        if self.advantage == "process" and self.algorithm != "grpo":
-            raise ValueError(f"advantage: process supervision is a GRPO advantage (got algorithm {self.algorithm})")
+        if self.advantage != "outcome" and self.algorithm != "grpo":
+            raise ValueError(f"advantage: {self.advantage} is a GRPO advantage rule (got algorithm {self.algorithm})")
+        if self.overlong_buffer >= self.max_new_tokens:
+            raise ValueError(f"overlong_buffer: must be < max_new_tokens {self.max_new_tokens} "
+                             f"(got {self.overlong_buffer})")
         if self.dynamic_sampling and self.algorithm not in ("grpo", "online_rft"):
             raise ValueError(f"dynamic_sampling: needs a group-relative algorithm, grpo or online_rft "
                              f"(got {self.algorithm})")

@@ -39,6 +39,32 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True,
     return centred.masked_fill(equal_reward_groups(rewards, group_size)[:, None], 0.0).reshape(-1)
 
 
+def leave_one_out_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """RLOO (Ahmadian et al., 2024): ``A_i = r_i - mean_{j != i} r_j`` within each group, = G/(G-1) (r_i - mean(r)).
+
+    rewards: (B*G,). Returns (B*G,); exactly 0 for a group of equal rewards.
+    """
+    if group_size < 2:
+        raise ValueError(f"leave-one-out needs group_size >= 2 (got {group_size})")
+    r = rewards.view(-1, group_size).to(torch.float32)
+    others = (r.sum(dim=1, keepdim=True) - r) / (group_size - 1)
+    return (r - others).masked_fill(equal_reward_groups(rewards, group_size)[:, None], 0.0).reshape(-1)
+
+
+def overlong_penalty(lengths: torch.Tensor, max_tokens: int, buffer: int, factor: float = 1.0) -> torch.Tensor:
+    """DAPO's soft overlong punishment (Yu et al., 2025, eq. 13), added to the reward of each output.
+
+    lengths: (N,) output lengths in tokens. 0 up to ``max_tokens - buffer``; then falls linearly to ``-factor`` at
+    ``max_tokens`` (``((max_tokens - buffer) - length) / buffer * factor``); ``-factor`` beyond. buffer 0: no penalty.
+    """
+    if buffer == 0:
+        return torch.zeros_like(lengths, dtype=torch.float32)
+    if not 0 < buffer < max_tokens:
+        raise ValueError(f"overlong buffer must be in (0, max_tokens) (got {buffer}, max_tokens {max_tokens})")
+    over = (lengths.to(torch.float32) - (max_tokens - buffer)).clamp(min=0)
+    return -factor * (over / buffer).clamp(max=1.0)
+
+
 def process_advantages(step_rewards: torch.Tensor, step_ends: torch.Tensor, step_mask: torch.Tensor,
                        group_size: int, seq_len: int, eps: float = 1e-6) -> torch.Tensor:
     """Process supervision (sec. 4.1.3): normalise every step reward over all steps of the group's G outputs, then

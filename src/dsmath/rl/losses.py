@@ -93,7 +93,8 @@ def _pick(table: dict, kind: str, name: str):
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
                 clip_eps: float, ref_logprobs: torch.Tensor | None = None, beta: float = 0.0, kl: str = "k3",
                 aggregation: str = "seq-mean-token-mean", clip_eps_high: float | None = None,
-                max_tokens: int | None = None, rows: float | None = None, tokens: float | None = None):
+                max_tokens: int | None = None, rows: float | None = None, tokens: float | None = None,
+                ratio_level: str = "token"):
     """Clipped surrogate with an in-loss KL penalty (DeepSeekMath eq. 3); returns (loss, stats).
 
     logprobs, old_logprobs, ref_logprobs: (N, T) log-probs of the sampled tokens under the current, old and reference
@@ -101,6 +102,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     tokens. ``clip_eps_high`` (DAPO's clip-higher) defaults to ``clip_eps``. max_tokens: the generation budget, the
     constant normaliser of ``seq-mean-token-sum-norm``; rows / tokens: denominators of the aggregation when the
     batch is a subset of the objective's (see the aggregation functions; default: this batch's own counts).
+    ratio_level: ``token`` (PPO / GRPO: one ratio per token) or ``sequence`` (GSPO, Zheng et al., 2025: one ratio per
+    output, ``exp(mean_t log(pi_theta / pi_old))`` over its masked tokens, clipped as a whole and shared by its tokens).
     stats: kl (aggregated like the loss; 0 without a reference), clip_frac_low / clip_frac_high (fraction of tokens
     where the clipped branch is active with A < 0 / A > 0), clip_frac, ratio_mean/min/max over masked tokens.
     """
@@ -108,7 +111,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         advantages = advantages[:, None].expand_as(logprobs)
     agg = _pick(AGGREGATIONS, "aggregation", aggregation)
     high = clip_eps if clip_eps_high is None else clip_eps_high
-    ratio = torch.exp(logprobs - old_logprobs)
+    ratio = importance_ratio(logprobs, old_logprobs, mask, ratio_level)
     unclipped = ratio * advantages
     clipped = ratio.clamp(1.0 - clip_eps, 1.0 + high) * advantages
     per_token = -torch.minimum(unclipped, clipped)
@@ -121,6 +124,20 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     norm = {"rows": rows, "tokens": tokens, "max_tokens": max_tokens}
     loss = agg(per_token, mask, **norm)
     return loss, _stats(ratio.detach(), advantages, mask, clip_eps, high, agg(kl_tokens.detach(), mask, **norm))
+
+
+def importance_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor,
+                     level: str = "token") -> torch.Tensor:
+    """(N, T) pi_theta / pi_old per token (``token``), or each output's length-normalised sequence ratio
+    ``exp(sum_t m_t (logp_t - old_t) / sum_t m_t)`` repeated over its tokens (``sequence``, GSPO)."""
+    log_ratio = logprobs - old_logprobs
+    if level == "token":
+        return torch.exp(log_ratio)
+    if level != "sequence":
+        raise ValueError(f"unknown ratio level {level!r}; valid: token, sequence")
+    m = mask.to(logprobs.dtype)
+    seq = (log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1)
+    return torch.exp(seq)[:, None].expand_as(logprobs)
 
 
 def _stats(ratio, advantages, mask, low, high, kl) -> dict[str, float]:

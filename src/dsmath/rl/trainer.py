@@ -28,7 +28,13 @@ import torch
 
 from dsmath import prompts
 from dsmath.rl import ppo as ppo_math
-from dsmath.rl.advantages import equal_reward_groups, group_advantages, process_advantages
+from dsmath.rl.advantages import (
+    equal_reward_groups,
+    group_advantages,
+    leave_one_out_advantages,
+    overlong_penalty,
+    process_advantages,
+)
 from dsmath.rl.losses import KL_ESTIMATORS, policy_loss
 from dsmath.rl.rollout import Rollout, ToolMode, concat_rollouts, sample, sequence_logprobs
 from dsmath.rl.sampler import position_ids
@@ -78,7 +84,13 @@ def process_rule(tr: RLTrainer, b: Batch, ref_lp: torch.Tensor):
     return process_advantages(r, ends, smask, tr.cfg.group_size, ro.completion_ids.shape[1]), {}
 
 
-GRPO_ADVANTAGES: dict[str, AdvantageRule] = {"outcome": outcome_rule, "process": process_rule}
+def rloo_rule(tr: RLTrainer, b: Batch, ref_lp: torch.Tensor):
+    """RLOO: the reward minus the mean reward of the group's other outputs, on every token."""
+    n, t = b.rollout.completion_ids.shape
+    return leave_one_out_advantages(b.scores.rewards, tr.cfg.group_size)[:, None].expand(n, t), {}
+
+
+GRPO_ADVANTAGES: dict[str, AdvantageRule] = {"outcome": outcome_rule, "process": process_rule, "rloo": rloo_rule}
 
 
 def grpo_rule(tr: RLTrainer, b: Batch, ref_lp: torch.Tensor):
@@ -197,6 +209,10 @@ class RLTrainer:
             ro = self.rollout([ids for ids in self.encode([p["question"] for p in problems]) for _ in range(g)])
             t1 = time.perf_counter()
             scores = self.scorer(decode_completions(self.tok, ro.completion_ids, ro.completion_mask), golds)
+            if cfg.overlong_buffer:  # DAPO: a soft penalty for outputs near or at the generation budget
+                scores.rewards = scores.rewards + overlong_penalty(ro.completion_mask.sum(dim=1).cpu(),
+                                                                   cfg.max_new_tokens, cfg.overlong_buffer,
+                                                                   cfg.overlong_penalty)
             rounds.append(Batch(problems, ro, golds, scores))
             gen_s, score_s = gen_s + t1 - t0, score_s + time.perf_counter() - t1
             if sum(int((~equal_reward_groups(r.scores.rewards, g)).sum()) for r in rounds) >= b:
@@ -258,7 +274,7 @@ class RLTrainer:
                 old = ro.logprobs[mb] if self.algo.ratio else lp.detach()
                 loss, stats = policy_loss(lp, old, adv[mb], ro.loss_mask[mb], clip_eps=cfg.clip_eps,
                                           ref_logprobs=ref_lp[mb], beta=beta, kl=cfg.kl, aggregation=cfg.aggregation,
-                                          clip_eps_high=cfg.clip_eps_high, **norm)
+                                          clip_eps_high=cfg.clip_eps_high, ratio_level=cfg.importance_ratio, **norm)
                 stats["kl_loss"] = stats.pop("kl")  # the in-loss KL of the rows trained (rl/kl is the batch's)
                 stats["loss"] = float(loss.detach())
                 stats |= self._optimise(loss)
