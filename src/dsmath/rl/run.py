@@ -99,8 +99,8 @@ def train_rl(params, run) -> dict:
     train, val = rl_problems(params)
     scorer = Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox)
     tool_fn = sandbox_tool(params.sandbox) if cfg.mode == "tool" else None
-    trainer = RLTrainer(cfg, policy, tok, train, scorer, params.common.seed, tool_fn)
-    fp = fingerprint({"rl": cfg.model_dump(), "rewards": params.rewards.model_dump(), "seed": params.common.seed},
+    trainer = RLTrainer(cfg, policy, tok, train, scorer, cfg.seed, tool_fn)
+    fp = fingerprint({"rl": cfg.model_dump(), "rewards": params.rewards.model_dump()},
                      [sft_dir])
     ckpt = Path(paths.checkpoints) / "rl" / "state.pt"
     state = _load_checkpoint(ckpt, fp)

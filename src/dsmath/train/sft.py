@@ -2,7 +2,7 @@
 
 Each training problem contributes one example in a style drawn with the params' mix ratio; the prompt is
 :func:`dsmath.prompts.format_prompt` and the loss covers the response (+ EOS) only. At the end: held-out loss on
-the val split, then a greedy / pass@k accuracy probe per solution mode on held-out test problems
+the val split, then a greedy / pass@k accuracy probe per solution mode on held-out validation problems
 (:mod:`dsmath.train.probe`).
 """
 
@@ -65,7 +65,7 @@ def sft(params, accelerator, log: LogFn) -> recipes.Outcome:
         pad,
         section.train.micro_batch_size,
     )
-    test = read_jsonl(synthetic / "test.jsonl")[: section.probe.n_problems]
-    probe_metrics, rows = probe.accuracy_probe(model, tokenizer, test, section.probe, params.sandbox,
+    probe_set = read_jsonl(synthetic / "val.jsonl")[: section.probe.n_problems]  # never the test split
+    probe_metrics, rows = probe.accuracy_probe(model, tokenizer, probe_set, section.probe, params.sandbox,
                                               params.rewards, seed)
     return recipes.Outcome(model, tokenizer, state.history, metrics | probe_metrics, rows)
