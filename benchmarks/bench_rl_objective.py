@@ -102,7 +102,7 @@ def main() -> None:
         train, probe = rl_problems(params)
         scorer = Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox)
         tool_fn = sandbox_tool(params.sandbox) if cfg.mode == "tool" else None
-        trainer = RLTrainer(cfg, policy, tok, train, scorer, params.common.seed, tool_fn)
+        trainer = RLTrainer(cfg, policy, tok, train, scorer, cfg.seed, tool_fn)
         history = [{"step": 0, "rl/val_greedy_acc": trainer.greedy_accuracy(probe)}]
         t0 = time.perf_counter()
         for step in range(cfg.steps):
