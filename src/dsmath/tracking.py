@@ -215,9 +215,23 @@ def latest_stage_run(stage: str, tracking_cfg):
     return None
 
 
+LOWER_IS_BETTER = ("format_error_rate", "mean_length")  # primary metrics (last path part) where less is better
+
+
+def beats_champion(value: float | None, champion: float | None, metric: str) -> bool:
+    """Whether a new version scoring `value` on the primary `metric` (`<dataset>/<mode>/<metric>`) takes the
+    champion alias from the current champion scoring `champion` (None: there is no champion yet). Strictly better
+    only: a tie keeps the champion; an unknown or NaN `value` never wins; a NaN champion always loses."""
+    if value is None or value != value:
+        return False
+    if champion is None or champion != champion:
+        return True
+    return value < champion if metric.rsplit("/", 1)[-1] in LOWER_IS_BETTER else value > champion
+
+
 def promote_champion(params, value: float | None, stage: str = "rl") -> bool:
     """Register the latest `stage` model as a new version; move the champion alias to it when `value` (the primary
-    metric) beats the current champion's. Returns whether it became the champion."""
+    metric) beats the current champion's (:func:`beats_champion`). Returns whether it became the champion."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -227,13 +241,15 @@ def promote_champion(params, value: float | None, stage: str = "rl") -> bool:
     if run is None or value is None:
         return False
     client = MlflowClient()
+    metric = params.evaluate.primary_metric
     version = _mlflow().register_model(run.data.tags[MODEL_URI_TAG], t.registered_model,
-                                       tags={"primary_metric": params.evaluate.primary_metric, "value": str(value)})
+                                       tags={"primary_metric": metric, "value": str(value)})
     try:
-        best = float(client.get_model_version_by_alias(t.registered_model, t.champion_alias).tags.get("value", "-inf"))
+        tags = client.get_model_version_by_alias(t.registered_model, t.champion_alias).tags
+        champion = float(tags["value"]) if "value" in tags else float("nan")
     except MlflowException:  # no champion yet
-        best = float("-inf")
-    if value > best:
+        champion = None
+    if beats_champion(value, champion, metric):
         client.set_registered_model_alias(t.registered_model, t.champion_alias, version.version)
         return True
     return False

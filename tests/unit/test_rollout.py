@@ -96,6 +96,43 @@ def test_engines_agree(model, engine):
     torch.testing.assert_close(got.logprobs, ref.logprobs, rtol=0, atol=1e-5)
 
 
+def manual_greedy(model, prompt: list[int], n: int, eos: int | None = None) -> tuple[list[int], list[float]]:
+    """Reference greedy decoding: a full uncached forward pass over the unpadded sequence per new token, argmax of
+    the last position, its log-softmax; stops after `eos`."""
+    ids, lps = list(prompt), []
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+            token = int(logits.argmax())
+            ids.append(token)
+            lps.append(float(torch.log_softmax(logits.double(), -1)[token]))
+            if token == eos:
+                break
+    return ids[len(prompt):], lps
+
+
+@pytest.mark.parametrize(("arch", "engine"), [("llama", "fast"), ("llama", "hf"), ("gpt2", "auto")])
+def test_greedy_equals_manual_argmax_loop(request, arch, engine):
+    """Greedy rollouts of a padded batch are token for token the argmax loop over plain forward passes (engines
+    agreeing with each other is not enough: a shared mistake would pass), log-probs those of the chosen tokens."""
+    model = request.getfixturevalue({"llama": "model", "gpt2": "gpt2"}[arch])
+    prompts = prompts_of([3, 9, 6], seed=2)
+    refs = [manual_greedy(model, p, 10) for p in prompts]
+    free = refs[1][0]
+    j = next(j for j in range(2, len(free)) if free[j] not in free[:j])  # row 1 stops at its (j+1)-th token ...
+    eos = free[j]  # ... and every row at its first occurrence of that token
+    refs = [manual_greedy(model, p, 10, eos) for p in prompts]
+    r = greedy(model, prompts, engine, n=10, eos=eos)
+    for i, (tokens, lps) in enumerate(refs):
+        n = len(tokens)
+        assert r.completion_ids[i, :n].tolist() == tokens
+        assert int(r.completion_mask[i].sum()) == n and bool(r.finished[i]) == (tokens[-1] == eos)
+        torch.testing.assert_close(r.logprobs[i, :n].double(), torch.tensor(lps, dtype=torch.float64), rtol=0,
+                                   atol=1e-4)
+    assert r.finished[1] and len(refs[1][0]) == j + 1
+    assert len({tuple(t) for t, _ in refs}) == 3  # the prompts lead to different continuations
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # stopping and masks
 

@@ -38,7 +38,7 @@ from dsmath.config.data import (
     Synthetic,
     Tracking,
 )
-from dsmath.config.evaluation import CHAIN, DATASETS, EvalDatasets, Evaluate
+from dsmath.config.evaluation import CHAIN, DATASETS, GREEDY_METRICS, EvalDatasets, Evaluate, metric_names
 from dsmath.config.rl import Ppo, Rewards, Rl, Sandbox
 from dsmath.config.training import Base, Loop, Mix, Model, Optim, Pretrain, Probe, Sft, Tokenizer
 
@@ -55,6 +55,7 @@ __all__ = [
     "Decontamination",
     "EvalDatasets",
     "Evaluate",
+    "GREEDY_METRICS",
     "Loop",
     "Mix",
     "Model",
@@ -79,6 +80,7 @@ __all__ = [
     "Tokenizer",
     "Tracking",
     "load_params",
+    "metric_names",
     "params_path",
     "parse_params",
 ]

@@ -44,3 +44,38 @@ class Evaluate(Section):
         if self.n_samples and any(k > self.n_samples for k in self.k):
             raise ValueError(f"k: every k must be <= n_samples={self.n_samples} (got {self.k})")
         return self
+
+    @model_validator(mode="after")
+    def _something_evaluated(self) -> Evaluate:
+        if not self.modes:
+            raise ValueError("modes: must list at least one of cot, pot, tool (got [])")
+        if not any(self.datasets.model_dump().values()):
+            raise ValueError("datasets: at least one dataset must have size > 0 (got all 0)")
+        return self
+
+    @model_validator(mode="after")
+    def _primary_metric_is_evaluated(self) -> Evaluate:
+        choices = metric_names(self)
+        if self.primary_metric not in choices:
+            raise ValueError(f"primary_metric: must be one of the evaluated metrics {', '.join(choices)} "
+                             f"(got {self.primary_metric!r})")
+        return self
+
+
+GREEDY_METRICS = ("greedy", "format_error_rate", "mean_length")  # of every evaluated (dataset, mode)
+
+
+def metric_names(ev: Evaluate, model: str = "rl") -> list[str]:
+    """The `<dataset>/<mode>/<metric>` names `evaluate_model` reports for `model` under these settings (the ones
+    `primary_metric` may name): greedy metrics for every dataset of size > 0 and every mode; pass@k and maj@k for
+    each k <= n_samples where the dataset, the mode and the model are sampled."""
+    sampled_ks = [k for k in ev.k if k <= ev.n_samples] if model in ev.sampled_models else []
+    out = []
+    for dataset, size in ev.datasets.model_dump().items():
+        if not size:
+            continue
+        for mode in ev.modes:
+            out += [f"{dataset}/{mode}/{m}" for m in GREEDY_METRICS]
+            if dataset in ev.sampled_datasets and mode in ev.sampled_modes:
+                out += [f"{dataset}/{mode}/{m}@{k}" for k in sampled_ks for m in ("pass", "maj")]
+    return out

@@ -39,6 +39,9 @@ class Model(Section):
     def _shapes(self) -> Model:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"num_heads: must divide hidden_size={self.hidden_size} (got {self.num_heads})")
+        if (self.hidden_size // self.num_heads) % 2:
+            raise ValueError(f"num_heads: hidden_size / num_heads (the head dim) must be even for rotary embeddings "
+                             f"(got {self.hidden_size} / {self.num_heads} = {self.hidden_size // self.num_heads})")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_kv_heads: must divide num_heads={self.num_heads} (got {self.num_kv_heads})")
         if self.source == "pretrained" and not self.name_or_path:
@@ -105,7 +108,8 @@ class Mix(Section):
     @model_validator(mode="after")
     def _positive(self) -> Mix:
         if self.cot + self.pot + self.tool <= 0:
-            raise ValueError("cot: the shares cot + pot + tool must be > 0")
+            raise ValueError(f"cot: the shares cot + pot + tool must sum to > 0 "
+                             f"(got {self.cot} + {self.pot} + {self.tool})")
         return self
 
 
