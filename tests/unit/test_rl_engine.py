@@ -227,8 +227,8 @@ def test_faithful_objective_is_the_default():
 
 
 @pytest.mark.parametrize(("kw", "match"), [
-    (dict(algorithm="ppo", advantage="process"), "process supervision"),
-    (dict(algorithm="rft", advantage="process"), "process supervision"),
+    (dict(algorithm="ppo", advantage="process"), "process is a GRPO advantage"),
+    (dict(algorithm="rft", advantage="process"), "process is a GRPO advantage"),
     (dict(algorithm="ppo", dynamic_sampling=True), "dynamic_sampling"),
     (dict(dynamic_sampling_rounds=0), "dynamic_sampling_rounds"),
 ])
