@@ -1,19 +1,20 @@
 """Behaviour of the RL engine in every algorithm x mode: a few steps on a tiny warm model with a scripted reward
 raise the log-probability of the rewarded completion and lower that of the unrewarded one.
 
-Set-up (one per mode, module-scoped): a tiny Llama trained by plain cross-entropy on two questions, each with two
-candidate completions A (rewarded) and B (not) in equal numbers, so that sampling at temperature 1 gives A or B with
-probability ~1/2 each and (almost) nothing else. The scorer is scripted: reward 1 when the last ``\\boxed{}`` holds
-the gold answer. A's steps are right and B's wrong, so process supervision (which checks the arithmetic of each
-line itself) agrees with the scripted outcome reward.
+Set-up (module-scoped, shared by both modes): a tiny Llama trained by plain cross-entropy on two questions per mode,
+each with two candidate completions A (rewarded) and B (not) in equal numbers, so that sampling at temperature 1
+gives A or B with probability ~1/2 each and (almost) nothing else. The scorer is scripted: reward 1 for exactly A.
+A's steps are right and B's wrong, so process supervision (which checks each line's arithmetic and the answer line
+itself) agrees with it.
 
 The two questions put the choice between A and B at two places that a correct engine must both reach:
 
-- ``3 + 4`` (choice early): in cot mode at the first step; in tool mode *before* the interpreter output (the python
-  program differs), so the outcome reward at the end must flow back across the tool-output hole of ``loss_mask``;
+- ``3 + 4`` (choice early): the first step line says ``= 7`` or ``= 8``; in tool mode that line comes *before* the
+  python block, and the program, its output and the answer line after it are the same for A and B, so the outcome
+  reward at the end must flow back across the tool-output hole of ``loss_mask`` (PPO: GAE must not restart there);
 - ``6 + 2`` (choice late): only the digit inside the final ``\\boxed{}`` differs; in tool mode it comes *after* the
-  output block, two tokens before EOS, so the reward must sit on the true last policy token (not ``mask.sum() - 1``,
-  which a hole shifts back by its length) and a process step must end where its tokens really are.
+  output block, two tokens before EOS, so the score must sit on the true last policy token (not ``mask.sum() - 1``,
+  which the hole shifts back by its length) and a process step must end where its tokens really are.
 
 Rollouts go through the real sampler with a deterministic ``tool_fn`` that prints what the program would print, so
 the forced output tokens are the ones the warm model was trained on.
@@ -64,10 +65,13 @@ ALGORITHMS = [("grpo", "outcome", "grpo_outcome"), ("grpo", "process", "grpo_pro
 COMBOS = [pytest.param(alg, adv, mode, id=f"{name}-{mode}") for mode in MODES for alg, adv, name in ALGORITHMS]
 
 RL_STEPS, RL_LR = 4, 3e-4
-# after RL_STEPS steps: log p(A) must rise by more than RISE and log p(B) fall by more than FALL (nats). From
-# measurement (several seeds, see the module docstring of the report): a correct engine gives rises of 0.45-0.65
-# (p(A) ~0.5 -> 0.75-0.95) and falls of 1.1-3.5 in every combination; a reward that never reaches the choosing token
-# leaves |change| < 0.3 or moves the wrong way.
+# after RL_STEPS steps: log p(A) must rise by more than RISE and log p(B) fall by more than FALL (nats), on both
+# questions. Measured with these seeds (warm seed 0, trainer seed 1): a correct engine gives rises >= 0.44 and falls
+# >= 0.91 in every combination (p(A) ~0.48 -> >= 0.75); with the score at mask.sum() - 1 (PPO, tool) the late-choice
+# question moves the wrong way (-0.97 / +0.48), with process step ends counted without the hole it stays at
+# |change| < 0.02, with GAE restarting at the hole the early-choice question gets +0.16 / -0.22. Over other seeds
+# (3 warm x 2 trainer seeds, 60 runs) correct engines gave rises 0.31-0.66 and falls 0.72-4.8 except two falls of
+# ~0.5 (grpo_outcome-tool and ppo-tool, early choice, warm seed 1): the thresholds have margin only at these seeds.
 RISE, FALL = 0.25, 0.5
 
 
@@ -177,14 +181,15 @@ def candidate_logprobs(model, tok, mode: str) -> list[tuple[float, float]]:
 
 
 def rl_config(algorithm: str, advantage: str, mode: str, lr: float = RL_LR) -> Rl:
-    # kl_coef 0: the scripted reward is PPO's only token reward (the KL penalty is covered by test_ppo_math)
+    # PPO: kl_coef 0 makes the scripted score the only token reward (the KL penalty has its own tests), and
+    # gamma = lam = 1 gives every policy token the full score minus the baseline, however far before the end it is
     return Rl(algorithm=algorithm, advantage=advantage, mode=mode, steps=RL_STEPS, prompts_per_step=2, group_size=8,
               lr=lr, warmup_steps=0, max_new_tokens=64, eval_every=0, ppo=Ppo(kl_coef=0.0, lam=1.0))
 
 
 def run_rl(model, tok, algorithm: str, advantage: str, mode: str, *, steps: int = RL_STEPS, lr: float = RL_LR,
            seed: int = 1) -> list[float]:
-    """Train a copy of `model` for `steps` steps; returns the per-step accuracy and leaves the copy in .policy."""
+    """Train `model` in place for `steps` RL steps; returns the accuracy of each step's samples."""
     cfg = rl_config(algorithm, advantage, mode, lr)
     problems = [{"question": q, "answer": g} for q, g, *_ in CASES[mode]]
     trainer = RLTrainer(cfg, model, tok, problems, ScriptedScorer(mode), seed=seed,
