@@ -83,7 +83,8 @@ def main() -> None:
     os.chdir(args.workdir)
     raw = yaml.safe_load(Path("params.yaml").read_text())
     base = parse_params(raw)
-    torch.set_num_threads(base.common.num_threads or torch.get_num_threads())
+    threads = int(os.environ.get("BENCH_THREADS", 0))  # e.g. 1 for a second bench process beside the first
+    torch.set_num_threads(threads or base.common.num_threads or torch.get_num_threads())
     syn = Path(base.common.paths.synthetic)
     val, test = read_jsonl(syn / "val.jsonl"), read_jsonl(syn / "test.jsonl")[: base.evaluate.datasets.synthetic]
     sft, tok = load_dir(Path(base.common.paths.models) / "sft")
