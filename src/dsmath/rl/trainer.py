@@ -200,7 +200,7 @@ class RLTrainer:
         are spent; the batch is those groups, filled up with flat groups (in sampling order) when too few were found.
         """
         cfg, g, b = self.cfg, self.cfg.group_size, self.cfg.prompts_per_step
-        rounds, gen_s, score_s = [], 0.0, 0.0
+        rounds, gen_s, score_s, found = [], 0.0, 0.0, 0  # found: groups with reward spread so far
         for _ in range(cfg.dynamic_sampling_rounds if cfg.dynamic_sampling else 1):
             t0 = time.perf_counter()
             problems = self.prompts_at(self.cursor, b)
@@ -215,18 +215,19 @@ class RLTrainer:
                                                                    cfg.overlong_penalty)
             rounds.append(Batch(problems, ro, golds, scores))
             gen_s, score_s = gen_s + t1 - t0, score_s + time.perf_counter() - t1
-            if sum(int((~equal_reward_groups(r.scores.rewards, g)).sum()) for r in rounds) >= b:
+            found += int((~equal_reward_groups(scores.rewards, g)).sum())
+            if found >= b:
                 break
-        if len(rounds) == 1 and not cfg.dynamic_sampling:
-            batch = rounds[0]
+        if not cfg.dynamic_sampling:
+            batch, sampled = rounds[0], rounds[0].scores
         else:
-            spread = [r.select_groups((~equal_reward_groups(r.scores.rewards, g)).nonzero().squeeze(-1).tolist(), g)
-                      for r in rounds]
-            flat = [r.select_groups(equal_reward_groups(r.scores.rewards, g).nonzero().squeeze(-1).tolist(), g)
-                    for r in rounds]
-            pool = concat_batches([x for x in spread + flat if x.problems], self.tok.pad_token_id)
+            flat = [equal_reward_groups(r.scores.rewards, g) for r in rounds]
+            pick = lambda r, groups: r.select_groups(groups.nonzero().squeeze(-1).tolist(), g)  # noqa: E731
+            spread = [pick(r, ~f) for r, f in zip(rounds, flat, strict=True)]
+            rest = [pick(r, f) for r, f in zip(rounds, flat, strict=True)]
+            pool = concat_batches([x for x in spread + rest if x.problems], self.tok.pad_token_id)
             batch = pool.select_groups(list(range(b)), g)
-        sampled = concat_batches(rounds, self.tok.pad_token_id).scores
+            sampled = concat_batches(rounds, self.tok.pad_token_id).scores
         self.last_samples = [{"question": batch.problems[i // g]["question"], "gold": batch.golds[i],
                               "completion": batch.scores.texts[i], "reward": float(batch.scores.rewards[i])}
                              for i in range(min(2 * g, len(batch.golds)))]
