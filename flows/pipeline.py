@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -34,17 +35,20 @@ def _retry_only_transient(task, task_run, state) -> bool:
 
 
 @task(retries=2, retry_delay_seconds=5, retry_condition_fn=_retry_only_transient, task_run_name="{stage}")
-def run_stage(stage: str, metrics_dir: str) -> dict:
-    """`dvc repro -s <stage>` with its output streamed into the Prefect log; publishes the stage's metrics."""
+def run_stage(stage: str, metrics_files: list[str]) -> dict[str, dict]:
+    """`dvc repro -s <stage>` with its output streamed into the Prefect log; publishes the metrics files the stage
+    declares in dvc.yaml (`metrics_files`, see :func:`stage_metrics_files`) as one table artifact with a row per
+    metric. Returns {metrics file: its metrics}."""
     log = get_run_logger()
     code, lines = pipeline.repro_stage(stage, on_line=log.info)
     if code != 0:
         tail = "\n".join(lines[-15:])
         kind = TransientStageError if any(m in tail for m in TRANSIENT_MARKERS) else StageFailed
         raise kind(f"stage {stage!r} failed (exit {code}):\n{tail}")
-    metrics = _read_metrics(Path(metrics_dir) / (stage.replace("@", "/") + ".json"))
+    metrics = {path: m for path in metrics_files if (m := _read_metrics(Path(path)))}
     if metrics:
-        rows = [{"metric": k, "value": v} for k, v in sorted(metrics.items()) if not isinstance(v, dict | list)]
+        rows = [{"file": path, "metric": k, "value": v}
+                for path, m in metrics.items() for k, v in sorted(tracking.flatten(m).items())]
         create_table_artifact(rows, key=_key(stage, "metrics"), description=f"metrics of stage {stage}")
     return metrics
 
@@ -70,19 +74,38 @@ def _read_metrics(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def stage_metrics_files(repo_root: str | os.PathLike = ".") -> dict[str, list[str]]:
+    """{stage: the metrics files its dvc.yaml entry declares}, read from the DVC index (dvc.yaml is the one source of
+    paths: `evaluate@rl` -> ['metrics/eval/rl.json']); [] for a stage without metrics. Stage names are DVC's
+    addressing, as in `pipeline.stage_graph`; paths are relative to the repository root (absolute if declared
+    outside it), in their declared order."""
+    from dvc.repo import Repo
+
+    with Repo(str(repo_root)) as repo:
+        root = Path(repo.root_dir)
+        return {s.addressing: [_relative(Path(o.fs_path), root) for o in s.outs if o.metric]
+                for s in repo.index.stages}
+
+
+def _relative(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
 @flow(name="dsmath-pipeline", log_prints=True)
 def dsmath_pipeline(stages: list[str] | None = None) -> dict[str, dict]:
-    """Every stage of dvc.yaml (or only `stages`), in the DVC graph's dependency order."""
+    """Every stage of dvc.yaml (or only `stages`), in the DVC graph's dependency order; returns {stage: {metrics
+    file: its metrics}}."""
     params = pipeline.validate()  # bad params fail here, naming the stages that read them, before anything runs
     graph = pipeline.stage_graph()
     order = [s for s in pipeline.stage_order(graph) if not stages or s in stages]
+    metrics_files = stage_metrics_files()
     results: dict[str, dict] = {}
     with pipeline.pipeline_run(params, run_name="prefect flow") as parent_id:
         # one at a time: DVC holds a repository lock while it runs, so stages cannot overlap anyway; a failure
         # raises here, naming the stage, and nothing downstream runs
         try:
             for stage in order:
-                results[stage] = run_stage(stage, params.common.paths.metrics)
+                results[stage] = run_stage(stage, metrics_files.get(stage, []))
         finally:
             tracking.tag_children_from_lock(parent_id)
         publish_links(parent_id, tracking.tracking_uri(params.common.tracking))
