@@ -57,10 +57,16 @@ def with_rl(raw: dict, overrides: dict):
 
 
 def greedy_correct(model, tok, params, records) -> list[bool]:
+    if not records:
+        return []
     gen = Generator(model, tok, params.evaluate, params.sandbox, params.common.seed)
     _, rows = evaluate_split(gen, records, params.rl.mode, params.evaluate, params.sandbox, params.rewards,
                              sampled=False)
     return [bool(r["greedy_correct"]) for r in rows]
+
+
+def _mean(xs: list[bool]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
 
 
 def paired(a: list[bool], b: list[bool]) -> dict:
@@ -77,6 +83,8 @@ def main() -> None:
     ap.add_argument("--workdir", required=True, help="a pipeline folder with params.yaml, data/ and models/sft")
     ap.add_argument("--variant", action="append", required=True, help="name[:rl_key=value,...]")
     ap.add_argument("--out", required=True, help="output prefix (writes <out>.json, <out>.<variant>.csv, <out>.png)")
+    ap.add_argument("--val-only", action="store_true",
+                    help="a tuning run: evaluate on the validation split only (the test split is not read)")
     args = ap.parse_args()
     out = Path(args.out).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -86,12 +94,13 @@ def main() -> None:
     threads = int(os.environ.get("BENCH_THREADS", 0))  # e.g. 1 for a second bench process beside the first
     torch.set_num_threads(threads or base.common.num_threads or torch.get_num_threads())
     syn = Path(base.common.paths.synthetic)
-    val, test = read_jsonl(syn / "val.jsonl"), read_jsonl(syn / "test.jsonl")[: base.evaluate.datasets.synthetic]
+    val = read_jsonl(syn / "val.jsonl")
+    test = [] if args.val_only else read_jsonl(syn / "test.jsonl")[: base.evaluate.datasets.synthetic]
     sft, tok = load_dir(Path(base.common.paths.models) / "sft")
     sft_val, sft_test = greedy_correct(sft, tok, base, val), greedy_correct(sft, tok, base, test)
     report = {"machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
                           "matmul_gflops": flops.matmul_flops_per_s() / 1e9},
-              "sft": {"val_greedy": sum(sft_val) / len(val), "test_greedy": sum(sft_test) / len(test)},
+              "sft": {"val_greedy": sum(sft_val) / len(val), "test_greedy": _mean(sft_test)},
               "variants": {}}
     print(json.dumps(report), flush=True)
     curves = {}
@@ -103,7 +112,7 @@ def main() -> None:
         train, probe = rl_problems(params)
         scorer = Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox)
         tool_fn = sandbox_tool(params.sandbox) if cfg.mode == "tool" else None
-        trainer = RLTrainer(cfg, policy, tok, train, scorer, cfg.seed, tool_fn)
+        trainer = RLTrainer(cfg, policy, tok, train, scorer, params.common.rl_seeds[0], tool_fn)
         history = [{"step": 0, "rl/val_greedy_acc": trainer.greedy_accuracy(probe)}]
         t0 = time.perf_counter()
         for step in range(cfg.steps):
@@ -119,8 +128,8 @@ def main() -> None:
         steps, last = history[1:], history[-10:]
         report["variants"][name] = {
             "overrides": overrides, "steps": cfg.steps, "s_per_step": train_s / cfg.steps,
-            "val_greedy": sum(rl_val) / len(val), "test_greedy": sum(rl_test) / len(test),
-            "val": paired(sft_val, rl_val), "test": paired(sft_test, rl_test),
+            "val_greedy": sum(rl_val) / len(val), "test_greedy": _mean(rl_test),
+            "val": paired(sft_val, rl_val), "test": paired(sft_test, rl_test) if test else None,
             "reward_first10": sum(h["rl/reward_mean"] for h in steps[:10]) / len(steps[:10]),
             "reward_last10": sum(h["rl/reward_mean"] for h in last) / len(last),
             "kl_last10": sum(h["rl/kl"] for h in last) / len(last),

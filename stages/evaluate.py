@@ -1,4 +1,5 @@
-"""DVC stage `evaluate@<model>`: greedy / maj@k / pass@k of one model of the chain on every dataset and mode."""
+"""DVC stage `evaluate@<model>`: greedy / maj@k / pass@k of one model of the chain on every dataset and mode (for rl:
+every seed's model, and their mean as the stage's metrics)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""DVC stage `report`: the paper-style table and figures; registers the RL model as champion when it wins."""
+"""DVC stage `report`: the paper-style table and figures; registers the RL seed that is best on validation as a new
+model version, and makes it the champion when it beats the current one there."""
 
 from __future__ import annotations
 
@@ -14,11 +15,22 @@ def main(params: Params) -> None:
         run.log_artifact(f"{params.common.paths.reports}/report.md", "report")
         for path in result["figures"].values():
             run.log_artifact(path, "report")
-        promoted = tracking.promote_champion(params, result["primary"].get("rl"))
-        summary = {f"{m}/{result['primary_metric']}": v for m, v in result["primary"].items() if v is not None}
-        summary |= {"sft_rl_paired_se": result["sft_rl_paired_se"], "rl_promoted_champion": int(promoted)}
+        candidate = result["champion_candidate"]
+        promoted = False
+        if candidate is not None:
+            seed = candidate["run"].removeprefix("seed-")
+            promoted = tracking.promote_champion(params, candidate["val"], stage=f"rl@{seed}",
+                                                 tags={"test_value": candidate["test"], "rl_seed": seed})
+        metric = result["primary_metric"]
+        summary = {f"{m}/{metric}": v for m, v in result["primary"].items() if v is not None}
+        summary |= {"sft_rl_gain": result["sft_rl_gain"], "sft_rl_gain_sd_seeds": result["sft_rl_gain_sd_seeds"],
+                    "sft_rl_paired_se": result["sft_rl_paired_se"], "rl_seeds": len(result["seeds"]),
+                    "rl_promoted_champion": int(promoted)}
+        summary |= {f"{r['run']}/{metric}": r["test"] for r in result["seeds"]}
+        summary |= {f"{r['run']}/val/{metric}": r["val"] for r in result["seeds"]}
+        summary = {k: v for k, v in summary.items() if v is not None and v == v}
         write_metrics(params, "report", summary)
-        run.log_metrics({f"report/{k}": v for k, v in summary.items() if v is not None})
+        run.log_metrics({f"report/{k}": v for k, v in summary.items()})
 
 
 if __name__ == "__main__":

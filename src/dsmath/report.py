@@ -1,15 +1,20 @@
 """The paper-style report: a table of every model of the chain on every dataset (greedy, maj@k, pass@k), the
-pass@k / maj@k vs k curves of SFT and RL (DeepSeekMath Fig. 7), the RL reward and KL curves, and the SFT -> RL deltas.
+pass@k / maj@k vs k curves of SFT and RL (DeepSeekMath Fig. 7), the RL reward and KL curves, and the SFT -> RL deltas
+over the RL seeds: mean and sd across seeds next to the paired standard error over problems.
 
 Every number in `reports/report.md` is read from `metrics/eval/<model>.json` (the same files `dvc metrics show`
-reads and the evaluate stages logged to MLflow), so the three always agree.
+reads and the evaluate stages logged to MLflow; for rl the mean over seeds), the per-seed
+`eval/rl/seed-<seed>/metrics.json` and the prediction files, so they always agree.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
+
+from dsmath.config import seed_dir
 
 CHAIN_LABELS = {"base": "code base", "pretrain": "+ math pretraining", "sft": "+ SFT (instruct)", "rl": "+ GRPO (RL)"}
 
@@ -27,7 +32,7 @@ def load_eval_metrics(metrics_dir: str | Path, models: list[str]) -> dict[str, d
 def columns(metrics: dict[str, dict[str, float]], k_max: int) -> list[str]:
     """Table columns `<dataset>/<mode>/<metric>` present for any model: greedy everywhere, maj@k and pass@k where
     sampled (k = the largest k evaluated)."""
-    keys = {k for m in metrics.values() for k in m}
+    keys = {k for m in metrics.values() for k in m if not k.startswith("val/")}  # validation: selection only
     prefixes = sorted({k.rsplit("/", 1)[0] for k in keys if k.endswith("/greedy")}, key=_dataset_order)
     cols = []
     for p in prefixes:
@@ -115,35 +120,38 @@ def moving_average(values: list[float], window: int) -> list[float]:
     return out
 
 
-def plot_rl_curves(rows: list[dict], window: int = 10):
-    """Reward, training accuracy and KL per RL step (from plots/rl.csv), raw and as a `window`-step moving average;
-    the held-out greedy accuracy (val_greedy_acc) as points on the accuracy panel."""
+def plot_rl_curves(runs: dict[str, list[dict]], window: int = 10):
+    """Reward, training accuracy and KL per RL step (from plots/rl/seed-<seed>.csv) as a `window`-step moving
+    average, one line per seed; the held-out greedy accuracy (val_greedy_acc) as points on the accuracy panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
-    for ax, key in zip(axes, ("reward_mean", "accuracy", "kl"), strict=True):
-        pts = [(int(r["step"]), float(r[key])) for r in rows if r.get(key) not in (None, "")]
-        if pts:
-            steps, values = zip(*pts, strict=True)
-            ax.plot(steps, values, alpha=0.35, label="per step")
-            ax.plot(steps, moving_average(list(values), window), label=f"mean of {window}")
-        ax.set_title(f"rl {key}")
-        ax.set_xlabel("step")
-    val = [(int(r["step"]), float(r["val_greedy_acc"])) for r in rows if r.get("val_greedy_acc") not in (None, "")]
-    if val:
-        axes[1].plot(*zip(*val, strict=True), marker="o", label="held-out greedy")
+    for run, rows in runs.items():
+        for ax, key in zip(axes, ("reward_mean", "accuracy", "kl"), strict=True):
+            pts = [(int(r["step"]), float(r[key])) for r in rows if r.get(key) not in (None, "")]
+            if pts:
+                steps, values = zip(*pts, strict=True)
+                line, = ax.plot(steps, moving_average(list(values), window), label=run)
+                ax.set_title(f"rl {key} (mean of {window} steps)")
+                ax.set_xlabel("step")
+                if key == "accuracy":
+                    val = [(int(r["step"]), float(r["val_greedy_acc"])) for r in rows
+                           if r.get("val_greedy_acc") not in (None, "")]
+                    if val:
+                        ax.plot(*zip(*val, strict=True), marker="o", linestyle=":", color=line.get_color(),
+                                label=f"{run} held-out greedy")
     for ax in axes:
         if ax.lines:
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
 def greedy_correct(eval_dir: str | Path, model: str, dataset: str = "synthetic", mode: str = "cot") -> dict:
-    """{problem id: greedy correct} from a model's predictions.jsonl."""
+    """{problem id: greedy correct} from a model's predictions.jsonl (`model` may be `rl/seed-1234`)."""
     path = Path(eval_dir) / model / "predictions.jsonl"
     if not path.exists():
         return {}
@@ -156,6 +164,63 @@ def greedy_correct(eval_dir: str | Path, model: str, dataset: str = "synthetic",
     return out
 
 
+def sd(values: list[float]) -> float:
+    """Sample standard deviation (n - 1); NaN for fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def paired_over_seeds(a: dict, runs: dict[str, dict]) -> dict:
+    """SFT -> RL on the same problems: `a` = {id: SFT correct}, `runs` = {seed run: {id: RL correct}}. Returns the
+    mean gain, its sd across seeds, and the paired standard error over problems of the seed-mean gain
+    (d_i = mean over seeds of b_si - a_i), on the problems every run has."""
+    ids = sorted(set(a).intersection(*runs.values())) if runs else []
+    if not ids:
+        return {"n": 0, "gain": None, "sd_seeds": None, "paired_se": None}
+    gains = [sum(float(b[i]) - float(a[i]) for i in ids) / len(ids) for b in runs.values()]
+    mean_b = [sum(float(b[i]) for b in runs.values()) / len(runs) for i in ids]
+    return {"n": len(ids), "gain": sum(gains) / len(gains), "sd_seeds": sd(gains),
+            "paired_se": standard_error_of_delta([a[i] for i in ids], mean_b)}
+
+
+def seed_rows(metrics_sft: dict, runs: dict[str, dict], a: dict, corrects: dict[str, dict], primary: str) -> list[dict]:
+    """One row per RL seed: its validation and test value of the primary metric, its test gain over SFT and the
+    paired standard error of that gain."""
+    rows = []
+    for run, m in runs.items():
+        ids = sorted(set(a) & set(corrects[run]))
+        se = standard_error_of_delta([a[i] for i in ids], [corrects[run][i] for i in ids]) if ids else None
+        test = m.get(primary)
+        rows.append({"run": run, "val": m.get(f"val/{primary}"), "test": test,
+                     "gain": None if test is None or primary not in metrics_sft else test - metrics_sft[primary],
+                     "paired_se": se})
+    return rows
+
+
+def seed_spread(runs: dict[str, dict], cols: list[str]) -> dict[str, float]:
+    """{column: sd across the RL seeds}."""
+    return {c: sd([m[c] for m in runs.values() if c in m]) for c in cols}
+
+
+def load_seed_metrics(eval_dir: str | Path, seeds: list[int]) -> dict[str, dict]:
+    """{`seed-1234`: the metrics of that RL run} from eval/rl/seed-<seed>/metrics.json (the runs that exist)."""
+    out = {}
+    for s in seeds:
+        path = Path(eval_dir) / "rl" / seed_dir(s) / "metrics.json"
+        if path.exists():
+            out[seed_dir(s)] = json.loads(path.read_text())
+    return out
+
+
+def best_on_validation(rows: list[dict]) -> dict | None:
+    """The seed row with the highest validation value (the champion candidate; ties: the first seed)."""
+    scored = [r for r in rows if r["val"] is not None]
+    return max(scored, key=lambda r: r["val"]) if scored else None
+
+
 def build_report(params, out_dir: str | Path) -> dict:
     """Write report.md and its figures into `out_dir`; returns the figures' paths and the headline numbers."""
     paths, ev = params.common.paths, params.evaluate
@@ -164,36 +229,53 @@ def build_report(params, out_dir: str | Path) -> dict:
     metrics = load_eval_metrics(paths.metrics, ev.models)
     k_max = max(k for k in ev.k if k <= ev.n_samples) if ev.n_samples else 0
     cols = columns(metrics, k_max)
+    runs = load_seed_metrics(paths.eval, params.common.rl_seeds)
     delta_rows = deltas(metrics, cols)
-    dataset, mode = ev.primary_metric.split("/")[:2]  # the paired SE and the k curves are of the primary setting
-    a, b = greedy_correct(paths.eval, "sft", dataset, mode), greedy_correct(paths.eval, "rl", dataset, mode)
-    common_ids = sorted(set(a) & set(b))
-    se = standard_error_of_delta([a[i] for i in common_ids], [b[i] for i in common_ids]) if common_ids else None
+    spread = seed_spread(runs, cols)
+    for r in delta_rows:
+        r["sd_seeds"] = spread.get(r["metric"])
+    primary = ev.primary_metric
+    dataset, mode = primary.split("/")[:2]  # the paired SE and the k curves are of the primary setting
+    a = greedy_correct(paths.eval, "sft", dataset, mode)
+    corrects = {run: greedy_correct(paths.eval, f"rl/{run}", dataset, mode) for run in runs}
+    paired = paired_over_seeds(a, corrects) if a else paired_over_seeds({}, {})
+    per_seed = seed_rows(metrics.get("sft", {}), runs, a, corrects, primary)
     figures = {}
     curves = {m: read_csv(Path(paths.eval) / m / "curves.csv") for m in ("sft", "rl")}
     if any(curves.values()):
         figures["k_curves"] = out / "pass_maj_at_k.png"
         plot_k_curves(curves, dataset, mode).savefig(figures["k_curves"], dpi=110)
-    rl_rows = read_csv(Path(paths.plots) / "rl.csv")
-    if rl_rows:
+    rl_rows = {seed_dir(s): read_csv(Path(paths.plots) / "rl" / f"{seed_dir(s)}.csv") for s in params.common.rl_seeds}
+    if any(rl_rows.values()):
         figures["rl_curves"] = out / "rl_curves.png"
         plot_rl_curves(rl_rows).savefig(figures["rl_curves"], dpi=110)
-    text = render(metrics, cols, delta_rows, se, len(common_ids), figures, params, f"{dataset} {mode}")
+    text = render(metrics, cols, delta_rows, paired, per_seed, figures, params, f"{dataset} {mode}")
     (out / "report.md").write_text(text)
-    primary = ev.primary_metric
     return {"figures": {k: str(v) for k, v in figures.items()}, "columns": cols, "metrics": metrics,
-            "sft_rl_paired_se": se, "primary_metric": primary,
-            "primary": {m: v.get(primary) for m, v in metrics.items()}}
+            "sft_rl_paired_se": paired["paired_se"], "sft_rl_gain": paired["gain"],
+            "sft_rl_gain_sd_seeds": paired["sd_seeds"], "seeds": per_seed, "primary_metric": primary,
+            "primary": {m: v.get(primary) for m, v in metrics.items()},
+            "champion_candidate": best_on_validation(per_seed)}
 
 
-def render(metrics, cols, delta_rows, se, n_paired, figures, params, primary: str) -> str:
+def _pts(x: float | None) -> str:
+    return "-" if x is None or x != x else f"{100 * x:.1f}"
+
+
+def _signed(x: float | None) -> str:
+    return "-" if x is None or x != x else f"{100 * x:+.1f}"
+
+
+def render(metrics, cols, delta_rows, paired, per_seed, figures, params, primary: str) -> str:
+    n_seeds = len(per_seed)
     lines = [
         "# dsmath report",
         "",
         "The DeepSeekMath chain at this profile's scale: every model evaluated on the held-out synthetic test split",
         "and the real benchmarks, in chain-of-thought (cot), program-of-thought (pot, run in the sandbox) and",
         "tool-integrated (tool) modes. Values are accuracies in percent; maj@k and pass@k use "
-        f"{params.evaluate.n_samples} samples at temperature {params.evaluate.temperature}.",
+        f"{params.evaluate.n_samples} samples at temperature {params.evaluate.temperature}. The rl row is the mean "
+        f"over {n_seeds} RL seed(s) ({', '.join(map(str, params.common.rl_seeds))}) from the same SFT model.",
         "",
         "## Models of the chain",
         "",
@@ -201,12 +283,22 @@ def render(metrics, cols, delta_rows, se, n_paired, figures, params, primary: st
         "",
     ]
     if delta_rows:
-        lines += ["## SFT -> RL", "", "| metric | sft | rl | delta (points) |", "|---|---:|---:|---:|"]
-        lines += [f"| {r['metric'].replace('/', ' ')} | {fmt(r['sft'])} | {fmt(r['rl'])} | "
+        lines += [f"## SFT -> RL (mean over {n_seeds} seeds)", "",
+                  "| metric | sft | rl | sd across seeds | delta (points) |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['metric'].replace('/', ' ')} | {fmt(r['sft'])} | {fmt(r['rl'])} | {_pts(r['sd_seeds'])} | "
                   f"{100 * r['delta']:+.1f} |" for r in delta_rows]
-        if se is not None and se == se:
-            lines += ["", f"Paired standard error of the greedy {primary} difference over {n_paired} problems: "
-                          f"{100 * se:.1f} points."]
+        if paired["gain"] is not None:
+            lines += ["", f"Greedy {primary} over {paired['n']} test problems: gain {100 * paired['gain']:+.1f} "
+                          f"points, sd across seeds {_pts(paired['sd_seeds'])}, paired standard error over problems "
+                          f"(of the seed-mean gain) {_pts(paired['paired_se'])}."]
+        lines.append("")
+    if per_seed:
+        metric = params.evaluate.primary_metric
+        lines += ["### Per seed", "", f"Primary metric `{metric}`: validation ({params.evaluate.val_problems} "
+                  "problems; where the champion is chosen) and test (reported).", "",
+                  "| run | val | test | gain over sft (points) | paired SE |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['run']} | {_pts(r['val'])} | {_pts(r['test'])} | {_signed(r['gain'])} | "
+                  f"{_pts(r['paired_se'])} |" for r in per_seed]
         lines.append("")
     for key, title in (("k_curves", "pass@k and maj@k against k (paper Fig. 7)"), ("rl_curves", "RL curves")):
         if key in figures:

@@ -40,7 +40,7 @@ def _importable(name: str) -> bool:
 
 
 def write_metrics(params: Params, stage: str, metrics: dict[str, Any]) -> Path:
-    """Write `metrics/<stage>.json` (stage names with '@' become sub-paths: evaluate@rl -> metrics/evaluate/rl.json)."""
+    """Write `metrics/<name>.json`; '@' and '/' make sub-paths (`eval/rl` -> metrics/eval/rl.json)."""
     rel = stage.replace("@", "/") + ".json"
     path = Path(params.common.paths.metrics) / rel
     path.parent.mkdir(parents=True, exist_ok=True)

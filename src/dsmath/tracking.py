@@ -76,6 +76,37 @@ def git_tags(cwd: str | os.PathLike = ".") -> dict[str, str]:
     return {"git.commit": commit, "git.dirty": dirty}
 
 
+def cpu_name() -> str:
+    """The CPU model (from /proc/cpuinfo on Linux), else what `platform` knows."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+ENV_PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "sympy", "math-verify", "mlflow", "dvc", "prefect")
+
+
+def env_tags() -> dict[str, str]:
+    """Where a run ran: Python, the versions of the libraries that shape the numbers, the CPU and its core count."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    tags = {"env.python": platform.python_version(), "env.platform": platform.platform(), "env.cpu": cpu_name(),
+            "env.cpu_count": str(os.cpu_count())}
+    for pkg in ENV_PACKAGES:
+        try:
+            tags[f"env.{pkg}"] = version(pkg)
+        except PackageNotFoundError:
+            continue
+    return tags
+
+
 def dvc_dep_tags(stage: str, lock_path: str | os.PathLike = "dvc.lock") -> dict[str, str]:
     """The dependency hashes DVC recorded for `stage` in dvc.lock (`evaluate@sft` is stored as evaluate@sft)."""
     import yaml
@@ -173,14 +204,14 @@ def _version(pkg: str) -> str:
 def stage_run(stage: str, params, sections: Mapping[str, Any] | None = None) -> Iterator[StageRun]:
     """Open the MLflow run of one stage, as a child of $DSMATH_PARENT_RUN_ID when it is set.
 
-    Tags: git commit and dirty flag and the DVC stage name (the orchestrator adds the dependency hashes from dvc.lock
-    once DVC has recorded them: `tag_children_from_lock`). `sections` are the params this stage reads (logged
-    flattened as run params).
+    Tags: git commit and dirty flag, the DVC stage name, library versions and the CPU (`env_tags`); the
+    orchestrator adds the dependency hashes from dvc.lock once DVC has recorded them (`tag_children_from_lock`).
+    `sections` are the params this stage reads (logged flattened as run params).
     """
     mlflow = _mlflow()
     exp_id = setup(params.common.tracking)
     parent = os.environ.get(PARENT_ENV) or None
-    tags = {"dsmath.stage": stage, **git_tags()}
+    tags = {"dsmath.stage": stage, **git_tags(), **env_tags()}
     nested = mlflow.active_run() is not None  # the parent is open in this very process (flow tests, notebooks)
     with mlflow.start_run(experiment_id=exp_id, run_name=stage, parent_run_id=parent, tags=tags,
                           nested=nested) as active:
@@ -229,9 +260,11 @@ def beats_champion(value: float | None, champion: float | None, metric: str) -> 
     return value < champion if metric.rsplit("/", 1)[-1] in LOWER_IS_BETTER else value > champion
 
 
-def promote_champion(params, value: float | None, stage: str = "rl") -> bool:
-    """Register the latest `stage` model as a new version; move the champion alias to it when `value` (the primary
-    metric) beats the current champion's (:func:`beats_champion`). Returns whether it became the champion."""
+def promote_champion(params, value: float | None, stage: str = "rl", tags: Mapping[str, Any] | None = None) -> bool:
+    """Register the latest `stage` model (e.g. `rl@1234`) as a new version; move the champion alias to it when
+    `value`, the primary metric on the validation split, beats the current champion's (:func:`beats_champion`).
+    A champion registered without a validation value (older versions compared a test figure) is not comparable and
+    loses. `tags` (e.g. the test value, the seed) are stored on the version. Returns whether it became champion."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -242,11 +275,14 @@ def promote_champion(params, value: float | None, stage: str = "rl") -> bool:
         return False
     client = MlflowClient()
     metric = params.evaluate.primary_metric
-    version = _mlflow().register_model(run.data.tags[MODEL_URI_TAG], t.registered_model,
-                                       tags={"primary_metric": metric, "value": str(value)})
+    version = _mlflow().register_model(
+        run.data.tags[MODEL_URI_TAG], t.registered_model,
+        tags={"primary_metric": metric, "split": "validation", "value": str(value), "stage": stage,
+              **{k: str(v) for k, v in (tags or {}).items()}})
     try:
-        tags = client.get_model_version_by_alias(t.registered_model, t.champion_alias).tags
-        champion = float(tags["value"]) if "value" in tags else float("nan")
+        current = client.get_model_version_by_alias(t.registered_model, t.champion_alias).tags
+        comparable = current.get("split") == "validation" and current.get("primary_metric") == metric
+        champion = float(current["value"]) if comparable and "value" in current else float("nan")
     except MlflowException:  # no champion yet
         champion = None
     if beats_champion(value, champion, metric):

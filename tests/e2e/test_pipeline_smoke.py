@@ -23,8 +23,9 @@ from dsmath.tracking import metric_key
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-CHAIN = ["corpus", "tokenizer", "base", "evaluate@base", "pretrain", "evaluate@pretrain", "sft", "evaluate@sft", "rl",
-         "evaluate@rl", "report"]
+SEEDS = (1234, 1235)  # common.rl_seeds of the smoke profile: one rl@<seed> stage each
+CHAIN = ["corpus", "tokenizer", "base", "evaluate@base", "pretrain", "evaluate@pretrain", "sft", "evaluate@sft",
+         *(f"rl@{s}" for s in SEEDS), "evaluate@rl", "report"]
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -95,8 +96,9 @@ def test_dvc_repro_builds_every_stage_in_order(repo, monkeypatch):
     graph = pipeline.stage_graph()
     for stage in ran:  # ... but never runs a stage before what it depends on
         assert all(ran.index(dep) < ran.index(stage) for dep in pipeline.upstream(graph, stage)), stage
-    for path in ("models/sft/model.safetensors", "models/rl/model.safetensors", "reports/report.md",
-                 "metrics/eval/rl.json", "metrics/rl.json", "plots/rl.csv"):
+    for path in ("models/sft/model.safetensors", "reports/report.md", "metrics/eval/rl.json",
+                 *(f"{p}" for s in SEEDS for p in (f"models/rl/seed-{s}/model.safetensors", f"metrics/rl/seed-{s}.json",
+                                                   f"plots/rl/seed-{s}.csv", f"eval/rl/seed-{s}/predictions.jsonl"))):
         assert (repo / path).exists(), path
 
 
@@ -119,11 +121,12 @@ def test_mlflow_parent_run_with_one_child_per_stage(repo):
     assert sorted(by_stage) == sorted(CHAIN)
     for stage, run in by_stage.items():
         assert run.data.tags["git.commit"] != "unknown" and run.data.tags["git.dirty"] in ("true", "false"), stage
+        assert run.data.tags["env.torch"] and run.data.tags["env.cpu"] and run.data.tags["env.python"], stage
         assert run.data.metrics, f"{stage} logged no metrics"
         assert run.data.params or stage == "report", f"{stage} logged no params"
-    rl = mlflow.tracking.MlflowClient().get_metric_history(by_stage["rl"].info.run_id, "rl/kl")
+    rl = mlflow.tracking.MlflowClient().get_metric_history(by_stage["rl@1234"].info.run_id, "rl/kl")
     assert len(rl) >= 2
-    for stage in ("base", "pretrain", "sft", "rl"):
+    for stage in ("base", "pretrain", "sft", *(f"rl@{s}" for s in SEEDS)):
         assert "dsmath.model_uri" in by_stage[stage].data.tags, stage
     for stage, run in by_stage.items():
         assert any(k.startswith("dvc.dep.") for k in run.data.tags), f"{stage} has no dependency hashes"
@@ -147,6 +150,82 @@ def test_report_numbers_equal_metrics_files_and_mlflow(repo):
                                  filter_string=f"tags.`dsmath.stage` = 'evaluate@{model}'")[0]
         for col in filter(metrics.__contains__, cols):
             assert run.data.metrics[metric_key(f"eval/{col}")] == pytest.approx(metrics[col]), (model, col)
+
+
+def _greedy(path: Path, dataset: str = "synthetic", mode: str = "cot") -> dict[str, bool]:
+    import json
+
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return {r["id"]: bool(r["greedy_correct"]) for r in rows if r["dataset"] == dataset and r["mode"] == mode}
+
+
+def test_sft_learns_the_toy_world_and_rl_changes_what_is_solved(repo):
+    """The smoke world (sums of digits) is learnt in seconds: SFT lifts CoT greedy far above the base model's, and
+    every RL seed changes which test problems the model solves, so the SFT -> RL checks below can fail."""
+    import json
+
+    ev = {m: json.loads((repo / "metrics" / "eval" / f"{m}.json").read_text()) for m in ("base", "sft")}
+    assert ev["sft"]["synthetic/cot/greedy"] >= ev["base"]["synthetic/cot/greedy"] + 0.3
+    sft = _greedy(repo / "eval" / "sft" / "predictions.jsonl")
+    assert len(sft) == 100
+    for seed in SEEDS:
+        rl = _greedy(repo / "eval" / "rl" / f"seed-{seed}" / "predictions.jsonl")
+        assert rl.keys() == sft.keys()
+        assert any(rl[i] != sft[i] for i in sft), seed
+
+
+def test_report_sft_to_rl_gain_sd_and_paired_se_are_those_of_the_prediction_files(repo):
+    """The headline, recomputed by hand from the prediction files: per-seed gains, their mean and sd across seeds,
+    and the paired standard error over problems of the seed-mean gain. Swapping sft and rl flips every sign."""
+    import json
+    import math
+
+    a = _greedy(repo / "eval" / "sft" / "predictions.jsonl")
+    runs = {s: _greedy(repo / "eval" / "rl" / f"seed-{s}" / "predictions.jsonl") for s in SEEDS}
+    ids = sorted(a)
+    n = len(ids)
+    acc = lambda c: sum(c[i] for i in ids) / n  # noqa: E731
+    gains = [acc(b) - acc(a) for b in runs.values()]
+    gain = sum(gains) / len(gains)
+    sd = math.sqrt(sum((g - gain) ** 2 for g in gains) / (len(gains) - 1))
+    d = [sum(b[i] for b in runs.values()) / len(runs) - a[i] for i in ids]
+    se = math.sqrt(sum((x - sum(d) / n) ** 2 for x in d) / (n - 1) / n)
+    assert gain != 0 or any(g != 0 for g in gains)
+
+    summary = json.loads((repo / "metrics" / "report.json").read_text())
+    assert summary["sft_rl_gain"] == pytest.approx(gain, abs=1e-12)
+    assert summary["sft_rl_gain_sd_seeds"] == pytest.approx(sd, abs=1e-12)
+    assert summary["sft_rl_paired_se"] == pytest.approx(se, abs=1e-12)
+    assert summary["sft/synthetic/cot/greedy"] == pytest.approx(acc(a))
+    assert summary["rl/synthetic/cot/greedy"] == pytest.approx(sum(acc(b) for b in runs.values()) / len(runs))
+    for s, b in runs.items():
+        assert summary[f"seed-{s}/synthetic/cot/greedy"] == pytest.approx(acc(b))
+
+    report = (repo / "reports" / "report.md").read_text()
+    assert (f"Greedy synthetic cot over {n} test problems: gain {100 * gain:+.1f} points, sd across seeds "
+            f"{100 * sd:.1f}, paired standard error over problems (of the seed-mean gain) {100 * se:.1f}.") in report
+    row = next(line for line in report.splitlines() if line.startswith("| synthetic cot greedy |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    rl_mean = sum(acc(b) for b in runs.values()) / len(runs)
+    assert cells[1:] == [f"{100 * acc(a):.1f}", f"{100 * rl_mean:.1f}", f"{100 * sd:.1f}",
+                         f"{100 * (rl_mean - acc(a)):+.1f}"]
+    for s, b in runs.items():
+        seed_row = next(line for line in report.splitlines() if line.startswith(f"| seed-{s} |"))
+        assert f"| {100 * acc(b):.1f} | {100 * (acc(b) - acc(a)):+.1f} |" in seed_row
+
+
+def test_champion_is_the_seed_best_on_validation(repo):
+    """The registry candidate is the RL seed with the best validation value of the primary metric; the version
+    records validation as its split and the test value beside it."""
+    import json
+
+    val = {s: json.loads((repo / "eval" / "rl" / f"seed-{s}" / "metrics.json").read_text()) for s in SEEDS}
+    best = max(SEEDS, key=lambda s: (val[s]["val/synthetic/cot/greedy"], -SEEDS.index(s)))
+    mlflow = _mlflow(repo)
+    version = mlflow.tracking.MlflowClient().get_model_version_by_alias("dsmath-rl", "champion")
+    assert version.tags["split"] == "validation" and version.tags["rl_seed"] == str(best)
+    assert float(version.tags["value"]) == pytest.approx(val[best]["val/synthetic/cot/greedy"])
+    assert float(version.tags["test_value"]) == pytest.approx(val[best]["synthetic/cot/greedy"])
 
 
 def test_registered_model_loads_and_generates(repo):
@@ -183,22 +262,24 @@ def test_invalid_params_fail_before_anything_runs(repo):
         (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
         proc = _run(repo, sys.executable, "-m", "flows.pipeline", check=False, timeout=300)
         assert proc.returncode != 0
-        assert "stage rl: rl.group_size: must be >= 2 (got 1)" in proc.stdout + proc.stderr
+        assert "stage rl@1234, rl@1235: rl.group_size: must be >= 2 (got 1)" in proc.stdout + proc.stderr
         make = _run(repo, sys.executable, "-m", "dsmath.pipeline", check=False)
-        assert make.returncode == 2 and "stage rl: rl.group_size" in make.stderr
+        assert make.returncode == 2 and "stage rl@1234, rl@1235: rl.group_size" in make.stderr
     finally:
         (repo / "params.yaml").write_text(original)
     assert _hash_tree(repo / "models") == before
 
 
 def test_changing_an_rl_param_reruns_only_rl_and_downstream(repo):
-    """Last (it changes the workspace): `dvc exp run -S rl.algorithm=ppo` re-runs exactly rl, evaluate@rl and report
+    """Last (it changes the workspace): `dvc exp run -S rl.algorithm=ppo` re-runs exactly the rl@<seed> stages,
+    evaluate@rl and report
     (PPO moves the toy model's weights even where every sampled group scores alike, so rl's outputs do change and
     DVC, which hashes content, must re-run both dependants); nothing upstream of rl, no other evaluation. Then
     `dvc exp show` lists the experiment with its params and metrics and `dvc plots show` renders the curves."""
     proc = _run(repo, str(BIN / "dvc"), "exp", "run", "-n", "ppo-variant", "-S", "rl.algorithm=ppo")
     ran = [line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage '")]
-    assert ran == ["rl", "evaluate@rl", "report"]
+    assert sorted(ran) == sorted([*(f"rl@{s}" for s in SEEDS), "evaluate@rl", "report"])
+    assert ran[-2:] == ["evaluate@rl", "report"]
     show = _run(repo, str(BIN / "dvc"), "exp", "show", "--md").stdout
     assert "ppo-variant" in show and "ppo" in show and "rl.algorithm" in show
     assert "synthetic/cot/greedy" in show  # the evaluation metrics sit next to the params

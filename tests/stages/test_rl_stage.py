@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import smoke_params, subprocess_env, weights_digest, write_params
 
+SEED = "1234"  # stage rl@1234: outputs under rl/seed-1234
 RUN = {"rl.algorithm": "ppo", "rl.steps": 24, "rl.checkpoint_every": 3, "rl.eval_every": 0, "rl.samples_every": 12}
 
 
@@ -27,11 +28,11 @@ def _setup(chain: Path, tmp: Path) -> list[str]:
     tmp.mkdir(parents=True)
     for folder in ("data/synthetic", "models/sft"):
         shutil.copytree(chain / folder, tmp / folder)
-    return [sys.executable, "-m", "stages.rl", "--params", str(write_params(tmp, smoke_params(tmp, **RUN)))]
+    return [sys.executable, "-m", "stages.rl", "--params", str(write_params(tmp, smoke_params(tmp, **RUN))), SEED]
 
 
 def _curve(tmp: Path) -> list[dict]:
-    return list(csv.DictReader((tmp / "plots" / "rl.csv").open()))
+    return list(csv.DictReader((tmp / "plots" / "rl" / "seed-1234.csv").open()))
 
 
 @pytest.mark.slow
@@ -39,23 +40,31 @@ def test_rl_kill_9_then_rerun_continues_to_the_same_weights(chain, tmp_path):
     ref, killed = tmp_path / "ref", tmp_path / "killed"
     cmd = {d: _setup(chain, d) for d in (ref, killed)}
     subprocess.run(cmd[ref], cwd=ref, env=subprocess_env(), check=True, capture_output=True)
-    assert weights_digest(ref / "models" / "rl") != weights_digest(chain / "models" / "sft")  # the run did train
+    # the run did train
+    assert weights_digest(ref / "models" / "rl" / "seed-1234") != weights_digest(chain / "models" / "sft")
 
     proc = subprocess.Popen(cmd[killed], cwd=killed, env=subprocess_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    state = killed / "checkpoints" / "rl" / "state.pt"
+    state = killed / "checkpoints" / "rl" / "seed-1234" / "state.pt"
     deadline = time.time() + 300
     while not state.exists() and time.time() < deadline:
         assert proc.poll() is None, "the run ended before its first checkpoint"
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not (killed / "models" / "rl").exists()  # really killed mid-run
+    assert not (killed / "models" / "rl" / "seed-1234").exists()  # really killed mid-run
 
     subprocess.run(cmd[killed], cwd=killed, env=subprocess_env(), check=True, capture_output=True)
-    m = json.loads((killed / "metrics" / "rl.json").read_text())
-    assert 3 <= m["resumed_from_step"] < 24 and m["steps"] == 24
+    m = json.loads((killed / "metrics" / "rl" / "seed-1234.json").read_text())
+    assert 3 <= m["resumed_from_step"] < 24 and m["steps"] == 24 and m["seed"] == 1234
     # same seed, same weights: the resumed run ends exactly where the uninterrupted one did
-    assert weights_digest(killed / "models" / "rl") == weights_digest(ref / "models" / "rl")
+    assert weights_digest(killed / "models" / "rl" / "seed-1234") == weights_digest(ref / "models" / "rl" / "seed-1234")
     assert _curve(killed) == _curve(ref)
     assert not state.exists()  # the finished model is the output; no stale resume point is left
+
+
+def test_rl_stage_refuses_a_seed_outside_common_rl_seeds(tmp_path):
+    cmd = [sys.executable, "-m", "stages.rl", "--params", str(write_params(tmp_path, smoke_params(tmp_path))), "99"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True)
+    assert proc.returncode != 0 and "seed must be one of common.rl_seeds" in proc.stderr
+    assert not (tmp_path / "models").exists()

@@ -90,7 +90,28 @@ def test_promotions_move_the_alias_only_on_improvement(registry_params):
     assert [versions[i].run_id for i in (1, 2, 3)] == run_ids
     assert [versions[i].tags["value"] for i in (1, 2, 3)] == ["0.5", "0.4", "0.6"]
     assert {v.tags["primary_metric"] for v in versions.values()} == {"synthetic/cot/greedy"}
+    assert {v.tags["split"] for v in versions.values()} == {"validation"}  # compared on val, never on test
     # no metric for the RL model (not evaluated): nothing registered, the alias stays
     assert tracking.promote_champion(registry_params, None) is False
     assert int(client.get_model_version_by_alias(t.registered_model, t.champion_alias).version) == 3
     assert len(client.search_model_versions(f"name = '{t.registered_model}'")) == 3
+
+
+def test_a_champion_without_a_validation_value_is_not_comparable(registry_params):
+    """Versions registered before the champion was chosen on validation carry a test figure: any validation value
+    beats them (they are not compared), and the seed and test value ride along as tags."""
+    from mlflow.tracking import MlflowClient
+
+    t = registry_params.common.tracking
+    client = MlflowClient(tracking.tracking_uri(t))
+    run_id = _rl_run_with_model(registry_params)
+    client.create_registered_model(t.registered_model)
+    old = client.create_model_version(t.registered_model, f"runs:/{run_id}/model", run_id=run_id,
+                                      tags={"primary_metric": "synthetic/cot/greedy", "value": "0.99"})
+    client.set_registered_model_alias(t.registered_model, t.champion_alias, old.version)
+    _rl_run_with_model(registry_params)
+    assert tracking.promote_champion(registry_params, 0.5, tags={"test_value": 0.48, "rl_seed": 7}) is True
+    champion = client.get_model_version_by_alias(t.registered_model, t.champion_alias)
+    assert champion.version != old.version
+    assert champion.tags["split"] == "validation" and champion.tags["test_value"] == "0.48"
+    assert champion.tags["rl_seed"] == "7"

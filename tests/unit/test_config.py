@@ -77,3 +77,24 @@ def test_stage_with_bad_params_exits_2_and_writes_nothing(tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: invalid params: corpus.decontamination.ngram: must be >= 3 (got 1)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
+def test_corpus_snapshot_round_trip_and_the_corpus_never_reads_the_live_stdlib(tmp_path, monkeypatch):
+    """The corpus stage reads the pinned snapshot in data/raw/code, so the interpreter's own library cannot change
+    it; a snapshot keeps rows exactly (also text with U+2028, which str.splitlines would cut)."""
+    from dsmath.data import corpus
+
+    rows = [("a.py", "x = 1\n"), ("b.py", "s = '\u2028'\n\u00e9")]
+    assert corpus.read_snapshot(corpus.write_snapshot(rows, tmp_path / "s.jsonl.xz", "path"), "path") == rows
+
+    def live(*_a, **_k):
+        raise AssertionError("the live standard library was read")
+
+    monkeypatch.setattr(corpus, "stdlib_sources", live)
+    monkeypatch.setattr(corpus, "pydoc_topics", live)
+    cfg = parse_params({"corpus": {"code_max_files": 3, "recall_pool_files": 5, "math_synthetic_docs": 0,
+                                   "include_gsm8k_train": False, "classifier": {"n_features": 1024, "epochs": 1}}})
+    docs = [{"id": f"s{i}", "source": "synthetic", "text": f"{i} + 2 = {i + 2}. The answer is {i + 2}."}
+            for i in range(40)]
+    result = corpus.build_corpus(docs, set(), ROOT / "data/raw", ROOT / "data/extra", cfg.corpus, 0)
+    assert len(result.code) == 3 and all(d["source"] == "python-stdlib" for d in result.code)

@@ -177,6 +177,19 @@ PRIMARY_REJECTED = [
 ]
 
 
+def test_primary_metric_must_have_a_validation_split():
+    """gsm8k_test/cot/greedy is evaluated, but the champion is chosen on validation and only synthetic has one."""
+    assert rejects({"evaluate": {"primary_metric": "gsm8k_test/cot/greedy"}}) == (
+        "evaluate.primary_metric: must be a synthetic metric, the only set with a validation split where models are "
+        "compared (got 'gsm8k_test/cot/greedy')")
+
+
+def test_rl_seeds_must_be_distinct_and_present():
+    assert rejects({"common": {"rl_seeds": []}}) == "common.rl_seeds: must list at least one seed (got [])"
+    assert rejects({"common": {"rl_seeds": [1, 2, 1]}}) == "common.rl_seeds: must not repeat a seed (got [1, 2, 1])"
+    assert rejects({"common": {"rl_seeds": [-1]}}).startswith("common.rl_seeds.0: must be >= 0")
+
+
 @pytest.mark.parametrize(("evaluate", "why"), PRIMARY_REJECTED, ids=[w for _, w in PRIMARY_REJECTED])
 def test_primary_metric_must_be_evaluated(evaluate, why):
     msg = rejects({"evaluate": evaluate})
@@ -194,9 +207,9 @@ def test_primary_metric_must_be_evaluated(evaluate, why):
     [
         {"primary_metric": "synthetic/cot/pass@8"},
         {"primary_metric": "synthetic/cot/maj@2"},
-        {"primary_metric": "math500/pot/format_error_rate"},
-        {"primary_metric": "gsm8k_test/tool/mean_length"},
-        {"primary_metric": "svamp/tool/maj@4", "sampled_datasets": ["svamp"], "sampled_modes": ["tool"]},
+        {"primary_metric": "synthetic/pot/format_error_rate"},
+        {"primary_metric": "synthetic/tool/mean_length"},
+        {"primary_metric": "synthetic/tool/maj@4", "sampled_modes": ["tool"]},
     ],
 )
 def test_primary_metric_accepts_evaluated_metrics(evaluate):
@@ -211,7 +224,7 @@ def test_metric_names_are_what_evaluate_model_reports(monkeypatch):
 
     cfg = Evaluate(datasets={"synthetic": 2, "gsm8k_test": 0, "svamp": 1, "math500": 0}, modes=["cot", "pot"],
                    sampled_datasets=["synthetic", "svamp"], sampled_modes=["cot"], n_samples=2, k=[1, 2],
-                   primary_metric="svamp/cot/maj@2")
+                   primary_metric="synthetic/cot/maj@2")
 
     class FakeGenerator:
         last_number = False

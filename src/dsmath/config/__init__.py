@@ -37,6 +37,7 @@ from dsmath.config.data import (
     Paths,
     Synthetic,
     Tracking,
+    seed_dir,
 )
 from dsmath.config.evaluation import CHAIN, DATASETS, GREEDY_METRICS, EvalDatasets, Evaluate, metric_names
 from dsmath.config.rl import Ppo, Rewards, Rl, Sandbox
@@ -83,6 +84,7 @@ __all__ = [
     "metric_names",
     "params_path",
     "parse_params",
+    "seed_dir",
 ]
 
 

@@ -39,24 +39,40 @@ class Tracking(Section):
 
 
 class Common(Section):
-    seed: NonNegInt = 1234
+    seed: NonNegInt = 1234  # the data, corpora and supervised models
+    rl_seeds: list[NonNegInt] = [1234, 1235, 1236]  # one RL run per seed from the same SFT model: stage rl@<seed>
     python: str = ".venv/bin/python"  # interpreter DVC runs the stage commands with
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     num_threads: NonNegInt = 0  # torch intra-op threads; 0 = library default
     paths: Paths = Paths()
     tracking: Tracking = Tracking()
 
+    @model_validator(mode="after")
+    def _seeds(self) -> Common:
+        if not self.rl_seeds:
+            raise ValueError("rl_seeds: must list at least one seed (got [])")
+        if len(set(self.rl_seeds)) != len(self.rl_seeds):
+            raise ValueError(f"rl_seeds: must not repeat a seed (got {self.rl_seeds})")
+        return self
+
+
+def seed_dir(seed: int) -> str:
+    """The folder (and metrics file) name of the RL run with `seed`: models/rl/seed-1234, metrics/rl/seed-1234.json;
+    dvc.yaml writes the same pattern (`rl/seed-${item}`)."""
+    return f"seed-{seed}"
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # data: the synthetic math world and the real benchmarks
 
-SKILL_FAMILIES = ("arithmetic", "linear", "fraction_percent")
+SKILL_FAMILIES = ("arithmetic", "linear", "fraction_percent", "sums")
 
 
 class Synthetic(Section):
     """Seeded generator of problems with verified CoT / PoT / tool-integrated solutions."""
 
-    families: list[Literal["arithmetic", "linear", "fraction_percent"]] = list(SKILL_FAMILIES)
+    families: list[Literal["arithmetic", "linear", "fraction_percent", "sums"]] = ["arithmetic", "linear",
+                                                                                   "fraction_percent"]
     levels: list[Annotated[int, Field(ge=1, le=5)]] = [1, 2, 3]
     n_train: PosInt = 20000
     n_val: PosInt = 500
@@ -114,6 +130,9 @@ class Corpus(Section):
     code_max_chars_per_file: PosInt = 20000
     code_min_chars: NonNegInt = 200
     recall_pool_files: PosInt = 1000  # stdlib files whose docstrings form the pool the math classifier recalls from
+    # the pinned sources, inside `common.paths.raw`, so the corpus is the same on every machine (data/raw/README.md)
+    code_snapshot: str = "code/python-3.11.7-stdlib.jsonl.xz"  # {path, text} of the standard library's .py files
+    prose_snapshot: str = "code/python-3.11.7-pydoc-topics.jsonl.xz"  # {topic, text}: the non-math seed text
     math_synthetic_docs: NonNegInt = 20000
     include_gsm8k_train: bool = True
     # your own math text, file names inside `common.paths.extra_math` (a DVC dependency of the corpus stage):

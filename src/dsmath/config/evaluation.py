@@ -35,7 +35,8 @@ class Evaluate(Section):
     max_tool_calls: PosInt = 2
     batch_size: PosInt = 256
     engine: Literal["auto", "fast", "hf"] = "auto"
-    primary_metric: str = "synthetic/cot/greedy"  # decides whether the RL model becomes the registry's champion
+    primary_metric: str = "synthetic/cot/greedy"  # decides whether the RL model becomes the registry's champion ...
+    val_problems: PosInt = 500  # ... measured on this many synthetic validation problems (the test split reports)
     # models whose answer may be the last number of the text (base models never learnt the answer line)
     last_number_answer: list[Literal["base", "pretrain", "sft", "rl"]] = ["base", "pretrain"]
 
@@ -59,6 +60,9 @@ class Evaluate(Section):
         if self.primary_metric not in choices:
             raise ValueError(f"primary_metric: must be one of the evaluated metrics {', '.join(choices)} "
                              f"(got {self.primary_metric!r})")
+        if self.primary_metric.split("/")[0] != "synthetic":
+            raise ValueError(f"primary_metric: must be a synthetic metric, the only set with a validation split "
+                             f"where models are compared (got {self.primary_metric!r})")
         return self
 
 

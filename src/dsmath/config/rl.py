@@ -51,7 +51,6 @@ class Ppo(Section):
 
 
 class Rl(Section):
-    seed: NonNegInt = 1234  # sampling and prompt order of RL alone: the data and the SFT model stay fixed
     algorithm: Literal["grpo", "ppo", "online_rft", "rft"] = "grpo"
     mode: Literal["cot", "pot", "tool"] = "cot"
     reward: Literal["accuracy", "format", "combined"] = "combined"

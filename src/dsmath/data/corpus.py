@@ -2,7 +2,9 @@
 
 DeepSeekMath starts from DeepSeek-Coder-Base and continues on a math corpus recalled from Common Crawl by a fastText
 classifier, decontaminated against the evaluation sets (sec. 2.1). Here, at laptop scale:
-- code: Python source that ships with the interpreter (standard library), chosen by a stable hash of the path;
+- code: Python source of the standard library, chosen by a stable hash of the path, read from a pinned snapshot in
+  `data/raw/code/` (written once by `python -m dsmath.data.snapshot`), so every machine builds the same corpus
+  whatever interpreter it has;
 - math: synthetic worked solutions (train split only), GSM8K *train* solutions, user-supplied math text files, and
   standard-library docstrings that the math classifier recalls from a pool of non-curated text;
 - decontamination: word 10-grams / short exact matches against GSM8K test, MATH-500 and SVAMP; synthetic problems by
@@ -14,6 +16,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import lzma
 import re
 import sysconfig
 from dataclasses import dataclass, field
@@ -35,7 +38,8 @@ def _stable_rank(name: str) -> str:
 
 
 def stdlib_sources() -> list[tuple[str, str]]:
-    """(relative path, source) of the interpreter's standard-library .py files, sorted by path."""
+    """(relative path, source) of the running interpreter's standard-library .py files, sorted by path: what a
+    snapshot holds (the corpus stage reads the snapshot, never the live library)."""
     root = Path(sysconfig.get_paths()["stdlib"])
     out = []
     for p in sorted(root.rglob("*.py")):
@@ -72,12 +76,33 @@ def docstring_pool(sources: list[tuple[str, str]], min_chars: int = 80) -> list[
     return pool
 
 
-def nonmath_seed_texts(min_chars: int = 80) -> list[str]:
-    """Non-math seed text: paragraphs of the Python language reference shipped in `pydoc_data` (English prose)."""
+def pydoc_topics() -> list[tuple[str, str]]:
+    """(topic, text) of the running interpreter's language reference (`pydoc_data`), sorted by topic."""
     from pydoc_data.topics import topics
 
-    paragraphs = (p.strip() for _, t in sorted(topics.items()) for p in re.split(r"\n\s*\n", t))
+    return sorted(topics.items())
+
+
+def nonmath_seed_texts(topics: list[tuple[str, str]], min_chars: int = 80) -> list[str]:
+    """Non-math seed text: paragraphs of the Python language reference topics (English prose)."""
+    paragraphs = (p.strip() for _, t in topics for p in re.split(r"\n\s*\n", t))
     return [p for p in paragraphs if len(p) >= min_chars]
+
+
+def write_snapshot(rows: list[tuple[str, str]], path: str | Path, key: str) -> Path:
+    """Rows `(name, text)` as xz-compressed JSON Lines `{key: name, "text": text}`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(json.dumps({key: name, "text": text}, ensure_ascii=False) + "\n" for name, text in rows)
+    path.write_bytes(lzma.compress(data.encode("utf-8"), preset=9 | lzma.PRESET_EXTREME))
+    return path
+
+
+def read_snapshot(path: str | Path, key: str) -> list[tuple[str, str]]:
+    """The rows of :func:`write_snapshot`, in file order."""
+    text = lzma.decompress(Path(path).read_bytes()).decode("utf-8")
+    lines = filter(None, text.split("\n"))  # not splitlines(): it also splits at U+2028 inside strings
+    return [(r[key], r["text"]) for r in map(json.loads, lines)]
 
 
 def gsm8k_documents(records: list[dict]) -> list[dict]:
@@ -143,14 +168,15 @@ def build_math_corpus(candidates: list[dict], eval_sets: dict[str, list[dict]], 
 def build_corpus(synthetic_docs: list[dict], heldout_keys: set[str], raw_dir: str | Path, extra_dir: str | Path,
                  cfg: Corpus, seed: int) -> CorpusResult:
     """Everything the corpus stage produces, from in-memory synthetic documents and the raw benchmark folder."""
-    sources = stdlib_sources()
+    sources = read_snapshot(Path(raw_dir) / cfg.code_snapshot, "path")
     code = code_documents(sources, cfg.code_max_files, cfg.code_max_chars_per_file, cfg.code_min_chars)
     seed_math = list(synthetic_docs)
     if cfg.include_gsm8k_train:
         seed_math += gsm8k_documents(load_benchmark("gsm8k_train", raw_dir))
     for name in cfg.extra_math_files:
         seed_math += read_text_docs(Path(extra_dir) / name, f"extra-{Path(name).stem}")
-    report = train_math_classifier(seed_math, nonmath_seed_texts(), cfg.classifier, seed)
+    prose = nonmath_seed_texts(read_snapshot(Path(raw_dir) / cfg.prose_snapshot, "topic"))
+    report = train_math_classifier(seed_math, prose, cfg.classifier, seed)
     pool = docstring_pool(sorted(sources, key=lambda s: _stable_rank(s[0]))[: cfg.recall_pool_files])
     recalled = [d for d, keep in zip(pool, report.model.predict([d["text"] for d in pool]), strict=True) if keep]
     eval_sets = {b: load_benchmark(b, raw_dir) for b in cfg.decontamination.benchmarks}

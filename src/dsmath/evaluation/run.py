@@ -1,4 +1,10 @@
-"""The `evaluate@<model>` stage's work: load a model of the chain, evaluate it, write metrics, predictions, curves."""
+"""The `evaluate@<model>` stage's work: load a model of the chain, evaluate it, write metrics, predictions, curves.
+
+`rl` is one model per seed of `common.rl_seeds` (models/rl/seed-<seed>): each is evaluated alike into
+eval/rl/seed-<seed>/, and the stage's metrics are their mean (the spread across seeds is the report's). Every model
+is also scored on `evaluate.val_problems` validation problems in the primary metric's mode (`val/...` keys): the
+champion is chosen there, never on the test split.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,13 @@ import csv
 import json
 from pathlib import Path
 
+from dsmath.config import seed_dir
 from dsmath.data.benchmarks import load_benchmark
 from dsmath.data.io import read_jsonl
-from dsmath.evaluation.evaluate import evaluate_model
+from dsmath.evaluation.evaluate import Generator, evaluate_model, evaluate_split
 from dsmath.model import load_dir
+
+VAL_PREFIX = "val/"  # metrics of the validation split: `val/synthetic/tool/greedy`
 
 
 def eval_datasets(params) -> dict[str, list[dict]]:
@@ -50,13 +59,51 @@ def write_outputs(out_dir: Path, rows: list[dict], curves: list[dict]) -> None:
         w.writerows(curves)
 
 
+def model_dirs(params, model_name: str) -> dict[str, Path]:
+    """{run name: model folder}: `{"": models/sft}` for one model, `{"seed-1234": models/rl/seed-1234, ...}` for rl."""
+    root = Path(params.common.paths.models) / model_name
+    if model_name != "rl":
+        return {"": root}
+    return {seed_dir(s): root / seed_dir(s) for s in params.common.rl_seeds}
+
+
+def validation_metrics(model, tok, params, last_number: bool, sampling: bool) -> dict[str, float]:
+    """The primary metric's (dataset, mode) on the first `evaluate.val_problems` validation problems, as `val/...`
+    keys; samples are drawn only when the primary metric is a maj@k / pass@k."""
+    ev = params.evaluate
+    _, mode, metric = ev.primary_metric.split("/")
+    records = read_jsonl(Path(params.common.paths.synthetic) / "val.jsonl")[: ev.val_problems]
+    gen = Generator(model, tok, ev, params.sandbox, params.common.seed, last_number)
+    m, _ = evaluate_split(gen, records, mode, ev, params.sandbox, params.rewards,
+                          sampled=sampling and "@" in metric)
+    return {f"{VAL_PREFIX}synthetic/{mode}/{k}": v for k, v in m.items()}
+
+
+def mean_metrics(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Key-wise mean over runs (the keys every run has)."""
+    keys = set(runs[0]).intersection(*runs[1:])
+    return {k: sum(r[k] for r in runs) / len(runs) for k in sorted(keys)}
+
+
 def run_evaluation(params, model_name: str) -> tuple[dict[str, float], list[dict], list[dict]]:
-    """(metrics, prediction rows, curve rows) of `models/<model_name>` on every dataset and mode."""
-    model, tok = load_dir(Path(params.common.paths.models) / model_name)
-    metrics, rows = evaluate_model(model, tok, eval_datasets(params), params.evaluate, params.sandbox,
-                                   params.rewards, params.common.seed,
-                                   last_number=model_name in params.evaluate.last_number_answer,
-                                   sampling=model_name in params.evaluate.sampled_models)
-    curves = curve_rows(metrics, params.evaluate.k)
-    write_outputs(Path(params.common.paths.eval) / model_name, rows, curves)
-    return metrics, rows, curves
+    """(metrics, prediction rows, curve rows) of `models/<model_name>` on every dataset and mode; for rl, the mean
+    metrics and curves over its seeds, each seed's outputs in eval/rl/seed-<seed>/ (rows carry their `run`)."""
+    ev, out_root = params.evaluate, Path(params.common.paths.eval) / model_name
+    last_number, sampling = model_name in ev.last_number_answer, model_name in ev.sampled_models
+    datasets = eval_datasets(params)
+    per_run, all_rows = [], []
+    for run, folder in model_dirs(params, model_name).items():
+        model, tok = load_dir(folder)
+        metrics, rows = evaluate_model(model, tok, datasets, ev, params.sandbox, params.rewards, params.common.seed,
+                                       last_number=last_number, sampling=sampling)
+        metrics |= validation_metrics(model, tok, params, last_number, sampling)
+        if run:
+            write_outputs(out_root / run, rows, curve_rows(metrics, ev.k))
+            (out_root / run / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+            rows = [{"run": run, **r} for r in rows]
+        per_run.append(metrics)
+        all_rows += rows
+    metrics = mean_metrics(per_run)
+    curves = curve_rows(metrics, ev.k)
+    write_outputs(out_root, [] if model_name == "rl" else all_rows, curves)
+    return metrics, all_rows, curves

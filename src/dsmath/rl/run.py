@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from dsmath.config import seed_dir
 from dsmath.data.io import read_jsonl
 from dsmath.model import load_dir, save_dir
 from dsmath.rl.scoring import Scorer
@@ -91,18 +92,26 @@ def plot_curves(history: list[dict]):
     return fig
 
 
-def train_rl(params, run) -> dict:
-    """Run the RL stage end to end; returns the metrics written to metrics/rl.json."""
+def run_paths(paths, seed: int) -> dict[str, Path]:
+    """Where the RL run with `seed` writes its model, resume checkpoint and curve (the outs of dvc.yaml's rl@<seed>;
+    its metrics go to metrics/rl/seed-<seed>.json)."""
+    name = seed_dir(seed)
+    return {"model": Path(paths.models) / "rl" / name, "checkpoint": Path(paths.checkpoints) / "rl" / name,
+            "curve": Path(paths.plots) / "rl" / f"{name}.csv"}
+
+
+def train_rl(params, run, seed: int) -> dict:
+    """Run one RL run (stage rl@<seed>) end to end; returns the metrics written to metrics/rl/seed-<seed>.json."""
     cfg, paths = params.rl, params.common.paths
+    out = run_paths(paths, seed)
     sft_dir = Path(paths.models) / "sft"
     policy, tok = load_dir(sft_dir)
     train, val = rl_problems(params)
     scorer = Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox)
     tool_fn = sandbox_tool(params.sandbox) if cfg.mode == "tool" else None
-    trainer = RLTrainer(cfg, policy, tok, train, scorer, cfg.seed, tool_fn)
-    fp = fingerprint({"rl": cfg.model_dump(), "rewards": params.rewards.model_dump()},
-                     [sft_dir])
-    ckpt = Path(paths.checkpoints) / "rl" / "state.pt"
+    trainer = RLTrainer(cfg, policy, tok, train, scorer, seed, tool_fn)
+    fp = fingerprint({"rl": cfg.model_dump(), "rewards": params.rewards.model_dump(), "seed": seed}, [sft_dir])
+    ckpt = out["checkpoint"] / "state.pt"
     state = _load_checkpoint(ckpt, fp)
     history: list[dict] = []
     resumed_from = 0
@@ -127,11 +136,12 @@ def train_rl(params, run) -> dict:
         if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
             _save_checkpoint(trainer, history, ckpt, fp)
     wall = time.perf_counter() - t0
-    out_dir = save_dir(trainer.policy, tok, Path(paths.models) / "rl")
-    write_curve(history, Path(paths.plots) / "rl.csv")
+    out_dir = save_dir(trainer.policy, tok, out["model"])
+    write_curve(history, out["curve"])
     run.log_figure(plot_curves(history), "plots/rl_curves.png")
     ckpt.unlink(missing_ok=True)  # the finished model is the output; a rerun with the same params is DVC's no-op
-    return summarise(history, trainer, wall) | {"resumed_from_step": resumed_from, "model_dir": str(out_dir)}
+    return summarise(history, trainer, wall) | {"seed": seed, "resumed_from_step": resumed_from,
+                                                "model_dir": str(out_dir)}
 
 
 def summarise(history: list[dict], trainer: RLTrainer, wall_s: float) -> dict:

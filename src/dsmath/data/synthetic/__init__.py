@@ -5,7 +5,8 @@ short, regular problems whose every step is checkable. Families (docs/formats.md
 
 - ``arithmetic``: multi-step GSM8K-style word problems (buying, sharing, wages, savings, reading, travel, ages, ...);
 - ``linear``: linear equations in x, bare or as word problems (think of a number, had some at first, ages, ...);
-- ``fraction_percent``: percent of, discounts, price changes, fraction of, sums of fractions as reduced ``a/b``.
+- ``fraction_percent``: percent of, discounts, price changes, fraction of, sums of fractions as reduced ``a/b``;
+- ``sums``: sums of one-digit numbers, the smoke profile's toy world (learnt by a tiny model in seconds).
 
 Level L (1..5) means L or L+1 reasoning steps. A record's ``key`` (template + structure + numbers) is its identity:
 splits are assigned by a hash of it, so train, val and test never share a problem.

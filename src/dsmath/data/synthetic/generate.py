@@ -11,13 +11,14 @@ import hashlib
 import random
 
 from dsmath.config import Synthetic
-from dsmath.data.synthetic import arithmetic, fraction_percent, linear
+from dsmath.data.synthetic import arithmetic, fraction_percent, linear, sums
 from dsmath.data.synthetic.core import Ctx, Reject, Template
 
 FAMILIES: dict[str, dict[str, Template]] = {
     "arithmetic": arithmetic.TEMPLATES,
     "linear": linear.TEMPLATES,
     "fraction_percent": fraction_percent.TEMPLATES,
+    "sums": sums.TEMPLATES,  # the smoke profile's toy world
 }
 LEVELS = (1, 2, 3, 4, 5)
 SPLITS = ("train", "val", "test")
