@@ -297,6 +297,9 @@ def render(metrics, cols, delta_rows, paired, per_seed, figures, params, primary
         lines += ["### Per seed", "", f"Primary metric `{metric}`: validation ({params.evaluate.val_problems} "
                   "problems; where the champion is chosen) and test (reported).", "",
                   "| run | val | test | gain over sft (points) | paired SE |", "|---|---:|---:|---:|---:|"]
+        sft = metrics.get("sft", {})
+        if metric in sft:
+            lines.append(f"| sft | {_pts(sft.get(f'val/{metric}'))} | {_pts(sft[metric])} | | |")
         lines += [f"| {r['run']} | {_pts(r['val'])} | {_pts(r['test'])} | {_signed(r['gain'])} | "
                   f"{_pts(r['paired_se'])} |" for r in per_seed]
         lines.append("")

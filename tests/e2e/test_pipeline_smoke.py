@@ -276,7 +276,7 @@ def test_changing_an_rl_param_reruns_only_rl_and_downstream(repo):
     (PPO moves the toy model's weights even where every sampled group scores alike, so rl's outputs do change and
     DVC, which hashes content, must re-run both dependants); nothing upstream of rl, no other evaluation. Then
     `dvc exp show` lists the experiment with its params and metrics and `dvc plots show` renders the curves."""
-    proc = _run(repo, str(BIN / "dvc"), "exp", "run", "-n", "ppo-variant", "-S", "rl.algorithm=ppo")
+    proc = _run(repo, str(BIN / "dvc"), "exp", "run", "-n", "ppo-variant", "-S", "rl.algorithm=ppo", "-S", "rl.steps=4")
     ran = [line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage '")]
     assert sorted(ran) == sorted([*(f"rl@{s}" for s in SEEDS), "evaluate@rl", "report"])
     assert ran[-2:] == ["evaluate@rl", "report"]

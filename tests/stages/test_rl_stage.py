@@ -21,7 +21,8 @@ import pytest
 from conftest import smoke_params, subprocess_env, weights_digest, write_params
 
 SEED = "1234"  # stage rl@1234: outputs under rl/seed-1234
-RUN = {"rl.algorithm": "ppo", "rl.steps": 24, "rl.checkpoint_every": 3, "rl.eval_every": 0, "rl.samples_every": 12}
+RUN = {"rl.algorithm": "ppo", "rl.steps": 24, "rl.checkpoint_every": 3, "rl.eval_every": 0, "rl.samples_every": 12,
+       "rl.prompts_per_step": 4, "rl.group_size": 4}  # a small batch: this test is about resuming, not learning
 
 
 def _setup(chain: Path, tmp: Path) -> list[str]:
