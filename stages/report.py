@@ -24,13 +24,13 @@ def main(params: Params) -> None:
         metric = result["primary_metric"]
         summary = {f"{m}/{metric}": v for m, v in result["primary"].items() if v is not None}
         summary |= {"sft_rl_gain": result["sft_rl_gain"], "sft_rl_gain_sd_seeds": result["sft_rl_gain_sd_seeds"],
-                    "sft_rl_paired_se": result["sft_rl_paired_se"], "rl_seeds": len(result["seeds"]),
-                    "rl_promoted_champion": int(promoted)}
+                    "sft_rl_paired_se": result["sft_rl_paired_se"], "rl_seeds": len(result["seeds"])}
         summary |= {f"{r['run']}/{metric}": r["test"] for r in result["seeds"]}
         summary |= {f"{r['run']}/val/{metric}": r["val"] for r in result["seeds"]}
         summary = {k: v for k, v in summary.items() if v is not None and v == v}
-        write_metrics(params, "report", summary)
-        run.log_metrics({f"report/{k}": v for k, v in summary.items()})
+        write_metrics(params, "report", summary)  # a function of the pipeline's inputs only (DVC compares it) ...
+        run.log_metrics({f"report/{k}": v for k, v in summary.items()} | {"report/rl_promoted_champion": promoted})
+        run.set_tags({"dsmath.rl_promoted_champion": str(promoted).lower()})  # ... the registry's state is MLflow's
 
 
 if __name__ == "__main__":

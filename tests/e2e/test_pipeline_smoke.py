@@ -232,7 +232,10 @@ def test_registered_model_loads_and_generates(repo):
     import json
 
     mlflow = _mlflow(repo)
-    assert json.loads((repo / "metrics" / "report.json").read_text())["rl_promoted_champion"] == 1
+    assert "rl_promoted_champion" not in json.loads((repo / "metrics" / "report.json").read_text())  # MLflow state
+    report_run = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",
+                                    filter_string="tags.`dsmath.stage` = 'report'")[0]
+    assert report_run.data.metrics["report/rl_promoted_champion"] == 1.0  # an empty registry: the first version wins
     version = mlflow.tracking.MlflowClient().get_model_version_by_alias("dsmath-rl", "champion")
     components = mlflow.transformers.load_model("models:/dsmath-rl@champion", return_type="components")
     tok, model = components["tokenizer"], components["model"]
