@@ -73,14 +73,18 @@ def test_moving_average_is_trailing_and_short_at_the_start():
     assert moving_average([], 3) == []
 
 
-def test_rl_curves_plot_raw_smoothed_and_held_out_points():
+def test_rl_curves_plot_one_smoothed_line_per_seed_and_held_out_points():
     from dsmath.report import plot_rl_curves
 
-    rows = [{"step": "0", "reward_mean": "", "accuracy": "", "kl": "", "val_greedy_acc": "0.5"}]
-    rows += [{"step": str(i), "reward_mean": str(i / 10), "accuracy": "0.5", "kl": "0.01", "val_greedy_acc": ""}
-             for i in range(1, 6)]
-    fig = plot_rl_curves(rows, window=2)
+    def run(scale: float) -> list[dict]:
+        rows = [{"step": "0", "reward_mean": "", "accuracy": "", "kl": "", "val_greedy_acc": str(0.5 * scale)}]
+        return rows + [{"step": str(i), "reward_mean": str(scale * i / 10), "accuracy": "0.5", "kl": "0.01",
+                        "val_greedy_acc": ""} for i in range(1, 6)]
+
+    fig = plot_rl_curves({"seed-1": run(1.0), "seed-2": run(2.0)}, window=2)
     reward, acc, _ = fig.axes
-    raw, smooth = (line.get_ydata().tolist() for line in reward.lines)
-    assert raw == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5]) and smooth == pytest.approx([0.1, 0.15, 0.25, 0.35, 0.45])
-    assert acc.lines[-1].get_ydata().tolist() == [0.5]  # the held-out point at step 0
+    one, two = (line.get_ydata().tolist() for line in reward.lines)
+    assert one == pytest.approx([0.1, 0.15, 0.25, 0.35, 0.45]) and two == pytest.approx([0.2, 0.3, 0.5, 0.7, 0.9])
+    assert [line.get_label() for line in reward.lines] == ["seed-1", "seed-2"]
+    held_out = [line.get_ydata().tolist() for line in acc.lines if "held-out" in line.get_label()]
+    assert held_out == [[0.5], [1.0]]  # each seed's held-out point at step 0
