@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -37,8 +36,8 @@ def _retry_only_transient(task, task_run, state) -> bool:
 @task(retries=2, retry_delay_seconds=5, retry_condition_fn=_retry_only_transient, task_run_name="{stage}")
 def run_stage(stage: str, metrics_files: list[str]) -> dict[str, dict]:
     """`dvc repro -s <stage>` with its output streamed into the Prefect log; publishes the metrics files the stage
-    declares in dvc.yaml (`metrics_files`, see :func:`stage_metrics_files`) as one table artifact with a row per
-    metric. Returns {metrics file: its metrics}."""
+    declares in dvc.yaml (`metrics_files`, from :func:`dsmath.pipeline.stage_metrics_files`) as one table artifact
+    with a row per metric. Returns {metrics file: its metrics}."""
     log = get_run_logger()
     code, lines = pipeline.repro_stage(stage, on_line=log.info)
     if code != 0:
@@ -74,23 +73,6 @@ def _read_metrics(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def stage_metrics_files(repo_root: str | os.PathLike = ".") -> dict[str, list[str]]:
-    """{stage: the metrics files its dvc.yaml entry declares}, read from the DVC index (dvc.yaml is the one source of
-    paths: `evaluate@rl` -> ['metrics/eval/rl.json']); [] for a stage without metrics. Stage names are DVC's
-    addressing, as in `pipeline.stage_graph`; paths are relative to the repository root (absolute if declared
-    outside it), in their declared order."""
-    from dvc.repo import Repo
-
-    with Repo(str(repo_root)) as repo:
-        root = Path(repo.root_dir)
-        return {s.addressing: [_relative(Path(o.fs_path), root) for o in s.outs if o.metric]
-                for s in repo.index.stages}
-
-
-def _relative(path: Path, root: Path) -> str:
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
-
-
 @flow(name="dsmath-pipeline", log_prints=True)
 def dsmath_pipeline(stages: list[str] | None = None) -> dict[str, dict]:
     """Every stage of dvc.yaml (or only `stages`), in the DVC graph's dependency order; returns {stage: {metrics
@@ -98,7 +80,7 @@ def dsmath_pipeline(stages: list[str] | None = None) -> dict[str, dict]:
     params = pipeline.validate()  # bad params fail here, naming the stages that read them, before anything runs
     graph = pipeline.stage_graph()
     order = [s for s in pipeline.stage_order(graph) if not stages or s in stages]
-    metrics_files = stage_metrics_files()
+    metrics_files = pipeline.stage_metrics_files()
     results: dict[str, dict] = {}
     with pipeline.pipeline_run(params, run_name="prefect flow") as parent_id:
         # one at a time: DVC holds a repository lock while it runs, so stages cannot overlap anyway; a failure

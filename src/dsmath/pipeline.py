@@ -70,6 +70,23 @@ def validate(repo_root: str | os.PathLike = ".", params_file: str | os.PathLike 
         raise InvalidParams("invalid params: " + "; ".join(problems)) from None
 
 
+def stage_metrics_files(repo_root: str | os.PathLike = ".") -> dict[str, list[str]]:
+    """{stage: the metrics files its dvc.yaml entry declares}, read from the DVC index (dvc.yaml is the one source of
+    paths: `evaluate@rl` -> ['metrics/eval/rl.json']); [] for a stage without metrics. Stage names are DVC's
+    addressing, as in :func:`stage_graph`; paths are relative to the repository root (absolute if declared
+    outside it), in their declared order."""
+    from dvc.repo import Repo
+
+    with Repo(str(repo_root)) as repo:
+        root = Path(repo.root_dir)
+        return {s.addressing: [_relative(Path(o.fs_path), root) for o in s.outs if o.metric]
+                for s in repo.index.stages}
+
+
+def _relative(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
 def upstream(graph, stage: str) -> list[str]:
     """The stages `stage` depends on directly."""
     return sorted(graph.successors(stage))

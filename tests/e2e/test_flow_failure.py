@@ -127,7 +127,7 @@ def project(tmp_path_factory):
         from prefect.settings import temporary_settings
         from prefect.testing.utilities import prefect_test_harness
 
-        from flows.pipeline import stage_metrics_files
+        from dsmath.pipeline import stage_metrics_files
 
         # the env above is too late if prefect was imported before this module: set the same through its settings
         with temporary_settings(updates={"home": state / "prefect", "server.analytics_enabled": False}):
