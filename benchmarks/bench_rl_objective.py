@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import platform
 import resource
@@ -29,6 +28,7 @@ from dsmath.config import parse_params
 from dsmath.data.io import read_jsonl
 from dsmath.evaluation.evaluate import Generator, evaluate_split
 from dsmath.model import load_dir
+from dsmath.report import standard_error_of_delta
 from dsmath.rl.run import rl_problems, sandbox_tool
 from dsmath.rl.scoring import Scorer
 from dsmath.rl.trainer import RLTrainer
@@ -70,12 +70,8 @@ def _mean(xs: list[bool]) -> float | None:
 
 
 def paired(a: list[bool], b: list[bool]) -> dict:
-    """Mean of b - a and its standard error over the same problems."""
-    d = [float(y) - float(x) for x, y in zip(a, b, strict=True)]
-    n = len(d)
-    mean = sum(d) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
-    return {"gain": mean, "paired_se": sd / math.sqrt(n)}
+    """Mean of b - a and its standard error over the same problems (the report's paired SE)."""
+    return {"gain": (sum(b) - sum(a)) / len(a), "paired_se": standard_error_of_delta(a, b)}
 
 
 def main() -> None:

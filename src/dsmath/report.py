@@ -48,7 +48,8 @@ def _dataset_order(prefix: str) -> tuple[int, str]:
 
 
 def fmt(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
+    """A fraction as percent with one decimal; "-" when not measured (None) or undefined (NaN, e.g. one seed's sd)."""
+    return "-" if x is None or x != x else f"{100 * x:.1f}"
 
 
 def markdown_table(metrics: dict[str, dict[str, float]], cols: list[str]) -> str:
@@ -238,7 +239,7 @@ def build_report(params, out_dir: str | Path) -> dict:
     dataset, mode = primary.split("/")[:2]  # the paired SE and the k curves are of the primary setting
     a = greedy_correct(paths.eval, "sft", dataset, mode)
     corrects = {run: greedy_correct(paths.eval, f"rl/{run}", dataset, mode) for run in runs}
-    paired = paired_over_seeds(a, corrects) if a else paired_over_seeds({}, {})
+    paired = paired_over_seeds(a, corrects)
     per_seed = seed_rows(metrics.get("sft", {}), runs, a, corrects, primary)
     figures = {}
     curves = {m: read_csv(Path(paths.eval) / m / "curves.csv") for m in ("sft", "rl")}
@@ -256,10 +257,6 @@ def build_report(params, out_dir: str | Path) -> dict:
             "sft_rl_gain_sd_seeds": paired["sd_seeds"], "seeds": per_seed, "primary_metric": primary,
             "primary": {m: v.get(primary) for m, v in metrics.items()},
             "champion_candidate": best_on_validation(per_seed)}
-
-
-def _pts(x: float | None) -> str:
-    return "-" if x is None or x != x else f"{100 * x:.1f}"
 
 
 def _signed(x: float | None) -> str:
@@ -285,12 +282,12 @@ def render(metrics, cols, delta_rows, paired, per_seed, figures, params, primary
     if delta_rows:
         lines += [f"## SFT -> RL (mean over {n_seeds} seeds)", "",
                   "| metric | sft | rl | sd across seeds | delta (points) |", "|---|---:|---:|---:|---:|"]
-        lines += [f"| {r['metric'].replace('/', ' ')} | {fmt(r['sft'])} | {fmt(r['rl'])} | {_pts(r['sd_seeds'])} | "
+        lines += [f"| {r['metric'].replace('/', ' ')} | {fmt(r['sft'])} | {fmt(r['rl'])} | {fmt(r['sd_seeds'])} | "
                   f"{100 * r['delta']:+.1f} |" for r in delta_rows]
         if paired["gain"] is not None:
             lines += ["", f"Greedy {primary} over {paired['n']} test problems: gain {100 * paired['gain']:+.1f} "
-                          f"points, sd across seeds {_pts(paired['sd_seeds'])}, paired standard error over problems "
-                          f"(of the seed-mean gain) {_pts(paired['paired_se'])}."]
+                          f"points, sd across seeds {fmt(paired['sd_seeds'])}, paired standard error over problems "
+                          f"(of the seed-mean gain) {fmt(paired['paired_se'])}."]
         lines.append("")
     if per_seed:
         metric = params.evaluate.primary_metric
@@ -299,9 +296,9 @@ def render(metrics, cols, delta_rows, paired, per_seed, figures, params, primary
                   "| run | val | test | gain over sft (points) | paired SE |", "|---|---:|---:|---:|---:|"]
         sft = metrics.get("sft", {})
         if metric in sft:
-            lines.append(f"| sft | {_pts(sft.get(f'val/{metric}'))} | {_pts(sft[metric])} | | |")
-        lines += [f"| {r['run']} | {_pts(r['val'])} | {_pts(r['test'])} | {_signed(r['gain'])} | "
-                  f"{_pts(r['paired_se'])} |" for r in per_seed]
+            lines.append(f"| sft | {fmt(sft.get(f'val/{metric}'))} | {fmt(sft[metric])} | | |")
+        lines += [f"| {r['run']} | {fmt(r['val'])} | {fmt(r['test'])} | {_signed(r['gain'])} | "
+                  f"{fmt(r['paired_se'])} |" for r in per_seed]
         lines.append("")
     for key, title in (("k_curves", "pass@k and maj@k against k (paper Fig. 7)"), ("rl_curves", "RL curves")):
         if key in figures:
