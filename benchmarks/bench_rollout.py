@@ -1,4 +1,4 @@
-"""Rollout throughput: dsmath.rl.rollout.sample (fast engine, HF engine) against `model.generate`.
+"""Rollout throughput: dsmath.generation.rollout.sample (fast engine, HF engine) against `model.generate`.
 
 Same model, batch, prompts and lengths for all three; EOS is disabled so every row produces exactly
 ``--new-tokens`` tokens (a fair count of tokens/s). Sampling at temperature 1, top-p 1, no top-k, fp32.
@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from dsmath.rl.rollout import left_pad, sample
+from dsmath.generation.rollout import left_pad, sample
 
 
 def default_model(seed: int):
@@ -85,7 +85,7 @@ def run_generate(model, prompts, new_tokens: int, pad: int, eos: list[int], seed
 def run_sample(engine: str):
     def run(model, prompts, new_tokens: int, pad: int, eos: list[int], seed: int) -> int:
         r = sample(model, prompts, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=pad, temperature=1.0,
-                   top_p=1.0, generator=torch.Generator().manual_seed(seed), engine=engine)
+                   top_p=1.0, seed=seed, engine=engine)
         return int(r.completion_mask.sum())
     return run
 

@@ -226,6 +226,24 @@ def stage_run(stage: str, params, sections: Mapping[str, Any] | None = None) -> 
             os.environ.pop(RUN_ID_ENV, None)
 
 
+class NullRun:
+    """Stands in for :class:`StageRun` on the non-main processes of a multi-process stage: every call is a no-op."""
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None
+
+
+@contextlib.contextmanager
+def main_process_run(is_main: bool, stage: str, params,
+                     sections: Mapping[str, Any] | None = None) -> Iterator[StageRun | NullRun]:
+    """:func:`stage_run` on the main process, a :class:`NullRun` on the others (only rank 0 talks to MLflow)."""
+    if is_main:
+        with stage_run(stage, params, sections) as run:
+            yield run
+    else:
+        yield NullRun()
+
+
 def latest_stage_run(stage: str, tracking_cfg):
     """The newest run of `stage` that logged a model: in the current pipeline execution if it ran there, else the
     newest anywhere in the experiment (a pipeline execution in which DVC skipped `stage` as up to date)."""

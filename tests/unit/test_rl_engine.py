@@ -12,10 +12,10 @@ import torch
 from torch.testing import assert_close
 
 from dsmath.config import ParamsError, Rl
+from dsmath.generation.rollout import Rollout, concat_rollouts
 from dsmath.rl import ppo
 from dsmath.rl.advantages import equal_reward_groups
 from dsmath.rl.losses import AGGREGATIONS, kl_k3, policy_loss
-from dsmath.rl.rollout import Rollout, concat_rollouts
 from dsmath.rl.scoring import Scores
 from dsmath.rl.trainer import ALGORITHMS, RLTrainer
 from tests.unit.test_rl_trainer import PROBLEMS, LengthScorer, tiny_model

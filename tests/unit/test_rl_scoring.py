@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dsmath.generation.rollout import decode_completions, tool_output_block
 from dsmath.rl import scoring
 from dsmath.rl.advantages import process_advantages
-from dsmath.rl.rollout import tool_output_block
 from dsmath.tokenizer import train_tokenizer
 
 # a tool completion (docs/formats.md): reasoning, a program, the interpreter's output block, more reasoning
@@ -132,8 +132,8 @@ def test_token_spans_fall_back_for_other_tokenizers():
 def test_decode_completions_over_tool_shaped_masks(tok):
     ids, completion_mask, loss_mask = tool_batch(tok)
     assert (loss_mask[0] == 0).any() and loss_mask[0, -PAD - 1 :].tolist() == [1, 0, 0, 0]  # hole, EOS, padding
-    assert scoring.decode_completions(tok, ids, completion_mask) == [BEFORE + OUTPUT + AFTER, COT]
-    assert scoring.decode_completions(tok, ids, loss_mask) == [BEFORE + AFTER, COT]  # the policy's tokens only
+    assert decode_completions(tok, ids, completion_mask) == [BEFORE + OUTPUT + AFTER, COT]
+    assert decode_completions(tok, ids, loss_mask) == [BEFORE + AFTER, COT]  # the policy's tokens only
 
 
 def test_step_rewards_check_multiplication_and_division_signs(tok):

@@ -128,3 +128,23 @@ def test_iterative_grpo_resets_the_reference(tok):
     assert not all(torch.equal(p, t.ref.get_parameter(n)) for n, p in after_first.items())
     t.step()  # step 2 starts by copying the policy into the reference, then updates the policy again
     assert all(torch.equal(p, t.ref.get_parameter(n)) for n, p in after_first.items())
+
+
+def test_bfloat16_training_recomputes_pi_old_with_the_training_forward(tok):
+    """In bf16 the sampler and the training forward round differently; pi_old is then rescored by the training
+    forward, so on the first pass (mu = 1) the ratio is exactly 1 and nothing is clipped. Weights stay float32."""
+    trainer = RLTrainer(cfg(skip_zero_advantage=False), tiny_model(tok), tok, PROBLEMS, LengthScorer(), seed=1,
+                        dtype=torch.bfloat16)
+    m = trainer.step()
+    assert m["rl/ratio_min"] == m["rl/ratio_max"] == 1.0 and m["rl/clip_frac"] == 0.0
+    assert all(p.dtype == torch.float32 for p in trainer.policy.parameters())
+    assert torch.isfinite(torch.tensor(m["rl/loss"])) and m["rl/kl"] >= 0.0
+
+
+def test_world_shard_splits_in_order_with_sizes_within_one():
+    from dsmath.distributed import World
+
+    for n, size in [(16, 2), (7, 3), (2, 4), (0, 2)]:
+        parts = [World(rank, size).shard(n) for rank in range(size)]
+        assert [i for p in parts for i in p] == list(range(n))
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1

@@ -7,13 +7,21 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from dsmath.rl.rollout import (
+from dsmath.generation.engines import (
+    FastLlama,
+    HFDecoder,
+    RowNoise,
+    _nucleus,
+    fast_path_unsupported,
+    position_ids,
+    sample_next,
+)
+from dsmath.generation.rollout import (
     Rollout,
     left_pad,
     sample,
     sequence_logprobs,
 )
-from dsmath.rl.sampler import FastLlama, HFDecoder, _nucleus, fast_path_unsupported, position_ids, sample_next
 
 PAD, EOS = 0, 1
 ENGINES = ["fast", "hf"]
@@ -155,7 +163,7 @@ def test_eos_stops_and_masks(model, engine):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_max_new_tokens_respected(model, engine):
     r = sample(model, prompts_of([4, 7]), max_new_tokens=5, eos_token_id=[], pad_token_id=PAD,
-               generator=torch.Generator().manual_seed(0), engine=engine)
+               seed=0, engine=engine)
     assert r.completion_ids.shape == (2, 5)
     assert r.completion_mask.sum().item() == 10 and not r.finished.any()
     assert not any(t.is_inference() for t in vars(r).values())  # usable in the training graph (as constants)
@@ -189,7 +197,7 @@ def test_compaction_does_not_change_results(model, engine):
 def test_seeded_determinism(model, engine):
     def run(seed):
         return sample(model, prompts_of([4, 9, 6]), max_new_tokens=10, eos_token_id=EOS, pad_token_id=PAD,
-                      temperature=1.0, top_p=0.9, generator=torch.Generator().manual_seed(seed), engine=engine)
+                      temperature=1.0, top_p=0.9, seed=seed, engine=engine)
 
     a, b, c = run(3), run(3), run(4)
     torch.testing.assert_close(a.completion_ids, b.completion_ids, rtol=0, atol=0)
@@ -201,7 +209,7 @@ def test_tiny_top_p_is_greedy(model):
     prompts = prompts_of([4, 9])
     g = greedy(model, prompts, "fast")
     r = sample(model, prompts, max_new_tokens=12, eos_token_id=[], pad_token_id=PAD, temperature=1.0, top_p=1e-6,
-               generator=torch.Generator().manual_seed(0))
+               seed=0)
     torch.testing.assert_close(r.completion_ids, g.completion_ids, rtol=0, atol=0)
     # log-probs are of the temperature-1 distribution before truncation, so the same as greedy's (not 0)
     torch.testing.assert_close(r.logprobs, g.logprobs, rtol=0, atol=1e-5)
@@ -218,13 +226,14 @@ def test_nucleus_hand_computed():
 def test_sample_next_draws_from_the_distribution():
     # 20000 draws from softmax([0, log 3, -inf]) = (.25, .75, 0): counts within ~4.5 sigma (sigma = sqrt(n p q) = 61)
     logits = torch.tensor([[0.0, float(torch.log(torch.tensor(3.0))), -float("inf")]]).expand(20000, 3)
-    tokens, logps = sample_next(logits, 1.0, 1.0, torch.Generator().manual_seed(0))
+    uniforms = torch.rand(20000, 1, generator=torch.Generator().manual_seed(0))
+    tokens, logps = sample_next(logits, 1.0, 1.0, uniforms)
     counts = torch.bincount(tokens, minlength=3)
     assert counts[2] == 0 and abs(int(counts[1]) - 15000) < 280
     lp1 = logps[tokens == 1]
     torch.testing.assert_close(lp1, torch.full_like(lp1, float(torch.log(torch.tensor(0.75)))))
     # temperature 2 flattens to softmax([0, log 3] / 2) = (1 / (1 + sqrt 3), sqrt 3 / (1 + sqrt 3)) = (.366, .634)
-    tokens, _ = sample_next(logits, 2.0, 1.0, torch.Generator().manual_seed(0))
+    tokens, _ = sample_next(logits, 2.0, 1.0, uniforms)
     assert abs(int((tokens == 1).sum()) - 12679) < 310
 
 
@@ -238,7 +247,7 @@ def test_sampled_logprobs_match_scoring_pass(request, arch, engine, temperature)
     model = request.getfixturevalue({"llama": "model", "gpt2": "gpt2"}[arch])
     def run(eos):
         return sample(model, prompts_of([3, 11, 7, 5]), max_new_tokens=16, eos_token_id=eos, pad_token_id=PAD,
-                      temperature=temperature, top_p=0.9, generator=torch.Generator().manual_seed(1), engine=engine)
+                      temperature=temperature, top_p=0.9, seed=1, engine=engine)
 
     r = run([EOS, int(run([]).completion_ids[0, 3])])  # same draws: row 0 stops by its 4th token
     assert r.finished.any()  # some rows stopped early: right padding inside the scored batch
@@ -309,11 +318,58 @@ def test_other_architectures_fall_back_to_hf():
                                         pad_token_id=PAD, eos_token_id=EOS, bos_token_id=None)).eval()
     assert "Qwen2ForCausalLM" in fast_path_unsupported(qwen)
     with pytest.raises(ValueError, match="does not support"):
-        sample(qwen, [[5, 6]], max_new_tokens=2, eos_token_id=EOS, pad_token_id=PAD, engine="fast")
+        sample(qwen, [[5, 6]], max_new_tokens=2, eos_token_id=EOS, pad_token_id=PAD, seed=0, engine="fast")
     with pytest.raises(ValueError, match="valid: auto, fast, hf"):
-        sample(qwen, [[5, 6]], max_new_tokens=2, eos_token_id=EOS, pad_token_id=PAD, engine="vllm")
+        sample(qwen, [[5, 6]], max_new_tokens=2, eos_token_id=EOS, pad_token_id=PAD, seed=0, engine="vllm")
     r = sample(qwen, prompts_of([3, 7]), max_new_tokens=6, eos_token_id=EOS, pad_token_id=PAD,
-               generator=torch.Generator().manual_seed(0))  # auto -> hf
+               seed=0)  # auto -> hf
     scored = sequence_logprobs(qwen, r.input_ids, r.attention_mask, r.completion_ids.shape[1])
     m = r.loss_mask.bool()
     torch.testing.assert_close(scored[m], r.logprobs[m], rtol=0, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# row-keyed noise: what makes a batch split over processes sample what one process samples
+
+
+def test_row_noise_depends_only_on_seed_step_and_key():
+    full = RowNoise(7, range(6))
+    rows = torch.arange(6)
+    split = RowNoise(7, [4, 5])  # the last two rows, sampled on their own with their global keys
+    torch.testing.assert_close(split.uniform(3, torch.arange(2)), full.uniform(3, rows)[4:], rtol=0, atol=0)
+    assert not torch.equal(full.uniform(3, rows), full.uniform(4, rows))  # a new draw every step ...
+    assert not torch.equal(RowNoise(8, range(6)).uniform(3, rows), full.uniform(3, rows))  # ... and seed
+    u = torch.cat([RowNoise(s, range(1000)).uniform(0, torch.arange(1000)) for s in range(20)])
+    assert 0.0 <= float(u.min()) and float(u.max()) < 1.0 and abs(float(u.mean()) - 0.5) < 0.01
+
+
+@pytest.mark.parametrize("engine", ["fast", "hf"])
+def test_a_split_batch_samples_what_the_whole_batch_samples(model, engine):
+    prompts = prompts_of([3, 7, 5, 4, 6, 2], seed=3)
+    kw = dict(max_new_tokens=10, eos_token_id=EOS, pad_token_id=PAD, temperature=1.0, seed=11, engine=engine)
+    whole = sample(model, prompts, **kw)
+    halves = [sample(model, prompts[:2], row_keys=[0, 1], **kw), sample(model, prompts[2:], row_keys=range(2, 6), **kw)]
+    for part, rows in zip(halves, (slice(0, 2), slice(2, 6)), strict=True):
+        t = part.completion_ids.shape[1]
+        assert torch.equal(part.completion_ids, whole.completion_ids[rows, :t])
+        torch.testing.assert_close(part.logprobs, whole.logprobs[rows, :t], rtol=0, atol=1e-5)
+    other = sample(model, prompts, **(kw | {"seed": 12}))
+    assert not torch.equal(other.completion_ids, whole.completion_ids)
+
+
+def test_sampling_without_a_seed_is_refused(model):
+    with pytest.raises(ValueError, match="needs a seed"):
+        sample(model, [[5, 6]], max_new_tokens=2, eos_token_id=EOS, pad_token_id=PAD, temperature=1.0)
+
+
+@pytest.mark.parametrize("engine", ["fast", "hf"])
+def test_bfloat16_decoding_agrees_with_float32_decoding(model, engine):
+    """The engine decodes in the asked precision (fast: a bf16 copy of the weights; hf: autocast); the greedy
+    continuation of a tiny random model mostly survives the rounding and the log-probs stay close."""
+    prompts = prompts_of([3, 7, 5, 4], seed=5)
+    kw = dict(max_new_tokens=6, eos_token_id=[], pad_token_id=PAD, temperature=0.0, engine=engine)
+    fp32, bf16 = sample(model, prompts, **kw), sample(model, prompts, dtype=torch.bfloat16, **kw)
+    assert bf16.logprobs.dtype == torch.float32 and bf16.completion_ids.shape == fp32.completion_ids.shape
+    assert float((bf16.completion_ids[:, 0] == fp32.completion_ids[:, 0]).float().mean()) >= 0.75
+    first = bf16.completion_ids[:, 0] == fp32.completion_ids[:, 0]
+    torch.testing.assert_close(bf16.logprobs[first, 0], fp32.logprobs[first, 0], rtol=0, atol=0.1)

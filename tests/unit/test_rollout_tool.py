@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from dsmath.rl.rollout import (
+from dsmath.generation.rollout import (
     ToolMode,
     closed_code_block,
     sample,

@@ -43,6 +43,7 @@ class Common(Section):
     rl_seeds: list[NonNegInt] = [1234, 1235, 1236]  # one RL run per seed from the same SFT model: stage rl@<seed>
     python: str = ".venv/bin/python"  # interpreter DVC runs the stage commands with
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # compute precision (autocast); weights stay float32
     num_threads: NonNegInt = 0  # torch intra-op threads; 0 = library default
     paths: Paths = Paths()
     tracking: Tracking = Tracking()

@@ -1,6 +1,10 @@
 """Evaluate one model of the chain: greedy accuracy, maj@k, pass@k, format-error rate and output length, per
 dataset (synthetic test, GSM8K test, SVAMP, MATH-500) and per mode (CoT, PoT with the program run in the sandbox,
 tool-integrated), with the same fast sampler as RL. Per-sample predictions are kept for inspection.
+
+Across processes (``torchrun`` / ``accelerate launch``) each rank decodes a contiguous shard of every batch of
+questions and the completions are gathered in order, so every rank scores the whole set (the metrics are the
+one-process metrics: a sampled row's noise is keyed by its index, whichever rank draws it).
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ import torch
 from tqdm import tqdm
 
 from dsmath import prompts
+from dsmath.distributed import World, gather_lists
 from dsmath.evaluation.metrics import maj_at_k, mean_pass_at_k
+from dsmath.generation.rollout import ToolMode, decode_completions, sample
+from dsmath.generation.tools import sandbox_tool
 from dsmath.rewards import (
     are_equivalent,
     build_reward,
@@ -22,8 +29,6 @@ from dsmath.rewards import (
     own_text,
     program_answer,
 )
-from dsmath.rl.rollout import ToolMode, sample
-from dsmath.rl.scoring import decode_completions
 
 
 def final_answers(texts: Sequence[str], mode: str, sandbox_cfg, last_number: bool = False) -> list[str | None]:
@@ -45,30 +50,38 @@ def final_answers(texts: Sequence[str], mode: str, sandbox_cfg, last_number: boo
 
 
 class Generator:
-    """Batched decoding of prompts for one model (greedy or sampled), tool calls through the sandbox."""
+    """Batched decoding of prompts for one model (greedy or sampled), tool calls through the sandbox.
 
-    def __init__(self, model, tokenizer, cfg, sandbox_cfg, seed: int, last_number: bool = False):
-        self.model, self.tok, self.cfg, self.sandbox = model.eval(), tokenizer, cfg, sandbox_cfg
-        self.last_number = last_number
-        self.gen = torch.Generator().manual_seed(seed)
+    world: the ranks to split the questions over and the device to decode on (default: one process, the model's
+    device); dtype: the decoding precision (None: the model's)."""
+
+    def __init__(self, model, tokenizer, cfg, sandbox_cfg, seed: int, last_number: bool = False,
+                 world: World | None = None, dtype: torch.dtype | None = None):
+        self.world = world or World(device=model.device)
+        self.model, self.tok, self.cfg, self.sandbox = model.to(self.world.device).eval(), tokenizer, cfg, sandbox_cfg
+        self.last_number, self.dtype = last_number, dtype
+        self.gen = torch.Generator().manual_seed(seed)  # one noise seed per call, the same on every rank
 
     def __call__(self, questions: Sequence[str], mode: str, temperature: float) -> tuple[list[str], list[int]]:
-        """Completions and their lengths in tokens, in the order of `questions`."""
+        """Completions and their lengths in tokens, in the order of `questions` (on every rank)."""
         tool = None
         if mode == "tool":
-            from dsmath.rl.run import sandbox_tool
-
             tool = ToolMode(sandbox_tool(self.sandbox), self.tok, max_calls=self.cfg.max_tool_calls)
+        seed = int(torch.randint(0, 2**62, (1,), generator=self.gen))
+        mine = self.world.shard(len(questions))
         texts, lengths = [], []
-        ids = [self.tok(prompts.format_prompt(q, mode, self.tok), add_special_tokens=False)["input_ids"]
-               for q in questions]
+        ids = [self.tok(prompts.format_prompt(questions[i], mode, self.tok), add_special_tokens=False)["input_ids"]
+               for i in mine]
         for i in range(0, len(ids), self.cfg.batch_size):
-            ro = sample(self.model, ids[i : i + self.cfg.batch_size], max_new_tokens=self.cfg.max_new_tokens,
+            start = mine.start + i  # the global index of the batch's first question: its rows' noise keys
+            batch = ids[i : i + self.cfg.batch_size]
+            ro = sample(self.model, batch, max_new_tokens=self.cfg.max_new_tokens,
                         eos_token_id=[self.tok.eos_token_id], pad_token_id=self.tok.pad_token_id,
-                        temperature=temperature, generator=self.gen, tool=tool, engine=self.cfg.engine)
+                        temperature=temperature, seed=seed, row_keys=range(start, start + len(batch)), tool=tool,
+                        engine=self.cfg.engine, dtype=self.dtype)
             texts += decode_completions(self.tok, ro.completion_ids, ro.completion_mask)
             lengths += ro.completion_mask.sum(dim=1).tolist()
-        return texts, lengths
+        return gather_lists(self.world, texts), gather_lists(self.world, lengths)
 
 
 def evaluate_split(gen: Generator, records: Sequence[dict], mode: str, cfg, sandbox_cfg, rewards_cfg,
@@ -115,13 +128,15 @@ def _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rewards_cfg
 
 
 def evaluate_model(model, tokenizer, datasets: dict[str, list[dict]], cfg, sandbox_cfg, rewards_cfg,
-                   seed: int, last_number: bool = False, sampling: bool = True) -> tuple[dict[str, float], list[dict]]:
+                   seed: int, last_number: bool = False, sampling: bool = True, world: World | None = None,
+                   dtype: torch.dtype | None = None) -> tuple[dict[str, float], list[dict]]:
     """Flat metrics `<dataset>/<mode>/<metric>` over every dataset and mode, and all prediction rows.
-    Samples (maj@k, pass@k) are drawn where `sampling` and the (dataset, mode) is in the sampled lists."""
-    gen = Generator(model, tokenizer, cfg, sandbox_cfg, seed, last_number)
+    Samples (maj@k, pass@k) are drawn where `sampling` and the (dataset, mode) is in the sampled lists.
+    world, dtype: as in :class:`Generator` (every rank returns the same metrics and rows)."""
+    gen = Generator(model, tokenizer, cfg, sandbox_cfg, seed, last_number, world, dtype)
     metrics: dict[str, float] = {}
     rows: list[dict] = []
-    for name, records in tqdm(list(datasets.items()), desc="evaluate"):
+    for name, records in tqdm(list(datasets.items()), desc="evaluate", disable=not (world or World()).is_main):
         for mode in cfg.modes:
             m, r = evaluate_split(gen, records, mode, cfg, sandbox_cfg, rewards_cfg,
                                   sampled=sampling and name in cfg.sampled_datasets and mode in cfg.sampled_modes)

@@ -4,6 +4,9 @@
 eval/rl/seed-<seed>/, and the stage's metrics are their mean (the spread across seeds is the report's). Every model
 is also scored on `evaluate.val_problems` validation problems in the primary metric's mode (`val/...` keys): the
 champion is chosen there, never on the test split.
+
+Under ``torchrun`` / ``accelerate launch`` the problems are decoded by every rank (:mod:`dsmath.evaluation.evaluate`)
+and rank 0 alone writes the outputs.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import csv
 import json
 from pathlib import Path
 
+from dsmath import distributed
 from dsmath.config import seed_dir
 from dsmath.data.benchmarks import load_benchmark
 from dsmath.data.io import read_jsonl
@@ -67,13 +71,15 @@ def model_dirs(params, model_name: str) -> dict[str, Path]:
     return {seed_dir(s): root / seed_dir(s) for s in params.common.rl_seeds}
 
 
-def validation_metrics(model, tok, params, last_number: bool, sampling: bool) -> dict[str, float]:
+def validation_metrics(model, tok, params, last_number: bool, sampling: bool,
+                       world: distributed.World | None = None) -> dict[str, float]:
     """The primary metric's (dataset, mode) on the first `evaluate.val_problems` validation problems, as `val/...`
     keys; samples are drawn only when the primary metric is a maj@k / pass@k."""
     ev = params.evaluate
     _, mode, metric = ev.primary_metric.split("/")
     records = read_jsonl(Path(params.common.paths.synthetic) / "val.jsonl")[: ev.val_problems]
-    gen = Generator(model, tok, ev, params.sandbox, params.common.seed, last_number)
+    gen = Generator(model, tok, ev, params.sandbox, params.common.seed, last_number, world,
+                    distributed.resolve_dtype(params.common.dtype))
     m, _ = evaluate_split(gen, records, mode, ev, params.sandbox, params.rewards,
                           sampled=sampling and "@" in metric)
     return {f"{VAL_PREFIX}synthetic/{mode}/{k}": v for k, v in m.items()}
@@ -85,9 +91,13 @@ def mean_metrics(runs: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(r[k] for r in runs) / len(runs) for k in sorted(keys)}
 
 
-def run_evaluation(params, model_name: str) -> tuple[dict[str, float], list[dict], list[dict]]:
+def run_evaluation(params, model_name: str,
+                   world: distributed.World | None = None) -> tuple[dict[str, float], list[dict], list[dict]]:
     """(metrics, prediction rows, curve rows) of `models/<model_name>` on every dataset and mode; for rl, the mean
-    metrics and curves over its seeds, each seed's outputs in eval/rl/seed-<seed>/ (rows carry their `run`)."""
+    metrics and curves over its seeds, each seed's outputs in eval/rl/seed-<seed>/ (rows carry their `run`).
+    world: the ranks sharing the decoding (default: one process on `common.device`); only rank 0 writes."""
+    world = world or distributed.setup(params.common.device)
+    dtype = distributed.resolve_dtype(params.common.dtype)
     ev, out_root = params.evaluate, Path(params.common.paths.eval) / model_name
     last_number, sampling = model_name in ev.last_number_answer, model_name in ev.sampled_models
     datasets = eval_datasets(params)
@@ -95,9 +105,9 @@ def run_evaluation(params, model_name: str) -> tuple[dict[str, float], list[dict
     for run, folder in model_dirs(params, model_name).items():
         model, tok = load_dir(folder)
         metrics, rows = evaluate_model(model, tok, datasets, ev, params.sandbox, params.rewards, params.common.seed,
-                                       last_number=last_number, sampling=sampling)
-        metrics |= validation_metrics(model, tok, params, last_number, sampling)
-        if run:
+                                       last_number=last_number, sampling=sampling, world=world, dtype=dtype)
+        metrics |= validation_metrics(model, tok, params, last_number, sampling, world)
+        if run and world.is_main:
             write_outputs(out_root / run, rows, curve_rows(metrics, ev.k))
             (out_root / run / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
             rows = [{"run": run, **r} for r in rows]
@@ -105,5 +115,6 @@ def run_evaluation(params, model_name: str) -> tuple[dict[str, float], list[dict
         all_rows += rows
     metrics = mean_metrics(per_run)
     curves = curve_rows(metrics, ev.k)
-    write_outputs(out_root, [] if model_name == "rl" else all_rows, curves)
+    if world.is_main:
+        write_outputs(out_root, [] if model_name == "rl" else all_rows, curves)
     return metrics, all_rows, curves

@@ -60,13 +60,21 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     return adv, (adv + values) * m
 
 
-def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """(x - mean) / std over masked entries (PPO's advantage normalisation); off-mask entries become 0."""
+def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, reduce=None) -> torch.Tensor:
+    """(x - mean) / std over masked entries (PPO's advantage normalisation); off-mask entries become 0.
+
+    reduce: sums a list of floats over the ranks of a data-parallel batch (None: this batch is the whole batch);
+    the moments are then those of every rank's entries."""
     m = mask.to(x.dtype)
-    n = m.sum().clamp(min=1)
-    mean = (x * m).sum() / n
-    var = ((x - mean) ** 2 * m).sum() / n
-    return (x - mean) / (var.sqrt() + eps) * m
+    if reduce is None:
+        n = m.sum().clamp(min=1)
+        mean = (x * m).sum() / n
+        var = ((x - mean) ** 2 * m).sum() / n
+        return (x - mean) / (var.sqrt() + eps) * m
+    count, total = reduce([float(m.sum()), float((x * m).sum())])
+    mean = total / max(count, 1.0)
+    var = reduce([float(((x - mean) ** 2 * m).sum())])[0] / max(count, 1.0)
+    return (x - mean) / (var**0.5 + eps) * m
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,

@@ -3,6 +3,9 @@
 Resumable: the whole trainer state (policy, reference, critic, optimisers, scheduler, sampling RNG, step, metric
 history) is saved every `rl.checkpoint_every` steps, atomically, with a fingerprint of the params and the SFT model;
 a rerun after kill -9 continues from it and ends with the same weights as an uninterrupted run.
+
+Under ``torchrun`` / ``accelerate launch`` every rank runs this; rank 0 alone writes the checkpoint, the model, the
+curve and MLflow (the others get a :class:`dsmath.tracking.NullRun`), and every rank resumes from the same file.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from dsmath import distributed
 from dsmath.config import seed_dir
 from dsmath.data.io import read_jsonl
+from dsmath.generation.tools import sandbox_tool
 from dsmath.model import load_dir, save_dir
 from dsmath.rl.scoring import Scorer
 from dsmath.rl.trainer import RLTrainer
@@ -25,18 +30,6 @@ from dsmath.train.checkpoint import fingerprint
 
 CURVE = ("step", "rl/reward_mean", "rl/accuracy", "rl/kl", "rl/format_rate", "rl/response_len_mean",
          "rl/val_greedy_acc")
-
-
-def sandbox_tool(sandbox_cfg):
-    """tool_fn for tool-integrated rollouts: run the programs in the sandbox; stdout, else the last error line."""
-    from dsmath.sandbox import run_python_batch
-
-    def run(codes: list[str]) -> list[str]:
-        results = run_python_batch(codes, sandbox_cfg.timeout_s, sandbox_cfg.memory_mb,
-                                   sandbox_cfg.max_output_bytes, sandbox_cfg.workers)
-        return [r.stdout if r.ok else (r.error.strip().splitlines() or ["error"])[-1] for r in results]
-
-    return run
 
 
 def rl_problems(params) -> tuple[list[dict], list[dict]]:
@@ -54,10 +47,10 @@ def _save_checkpoint(trainer: RLTrainer, history: list[dict], path: Path, fp: st
     os.replace(tmp, path)  # atomic: a kill mid-write leaves the previous checkpoint intact
 
 
-def _load_checkpoint(path: Path, fp: str) -> dict | None:
+def _load_checkpoint(path: Path, fp: str, device: torch.device) -> dict | None:
     if not path.exists():
         return None
-    state = torch.load(path, weights_only=False)
+    state = torch.load(path, weights_only=False, map_location=device)
     return state if state.get("fingerprint") == fp else None
 
 
@@ -100,19 +93,23 @@ def run_paths(paths, seed: int) -> dict[str, Path]:
             "curve": Path(paths.plots) / "rl" / f"{name}.csv"}
 
 
-def train_rl(params, run, seed: int) -> dict:
-    """Run one RL run (stage rl@<seed>) end to end; returns the metrics written to metrics/rl/seed-<seed>.json."""
+def train_rl(params, run, seed: int, world: distributed.World | None = None) -> dict:
+    """Run one RL run (stage rl@<seed>) end to end; returns the metrics written to metrics/rl/seed-<seed>.json.
+
+    world: this process's rank and device (default: one process on `common.device`)."""
     cfg, paths = params.rl, params.common.paths
+    world = world or distributed.setup(params.common.device)
     out = run_paths(paths, seed)
     sft_dir = Path(paths.models) / "sft"
     policy, tok = load_dir(sft_dir)
     train, val = rl_problems(params)
     scorer = Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox)
     tool_fn = sandbox_tool(params.sandbox) if cfg.mode == "tool" else None
-    trainer = RLTrainer(cfg, policy, tok, train, scorer, seed, tool_fn)
+    trainer = RLTrainer(cfg, policy, tok, train, scorer, seed, tool_fn, world=world,
+                        dtype=distributed.resolve_dtype(params.common.dtype))
     fp = fingerprint({"rl": cfg.model_dump(), "rewards": params.rewards.model_dump(), "seed": seed}, [sft_dir])
     ckpt = out["checkpoint"] / "state.pt"
-    state = _load_checkpoint(ckpt, fp)
+    state = _load_checkpoint(ckpt, fp, world.device)
     history: list[dict] = []
     resumed_from = 0
     if state is not None:
@@ -125,7 +122,7 @@ def train_rl(params, run, seed: int) -> dict:
         run.log_metrics({"rl/val_greedy_acc": history[0]["rl/val_greedy_acc"]}, step=0)
     t0 = time.perf_counter()
     for step in tqdm(range(trainer.step_count, cfg.steps), desc=f"rl {cfg.algorithm}", initial=trainer.step_count,
-                     total=cfg.steps):
+                     total=cfg.steps, disable=not world.is_main):
         m = {"step": step + 1, **trainer.step()}
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
             m["rl/val_greedy_acc"] = trainer.greedy_accuracy(val)
@@ -134,14 +131,19 @@ def train_rl(params, run, seed: int) -> dict:
         if (step + 1) % cfg.samples_every == 0:
             run.log_table(trainer.last_samples, f"samples/step_{step + 1:05d}.json")
         if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
-            _save_checkpoint(trainer, history, ckpt, fp)
+            if world.is_main:
+                _save_checkpoint(trainer, history, ckpt, fp)
+            distributed.barrier(world)
     wall = time.perf_counter() - t0
-    out_dir = save_dir(trainer.policy, tok, out["model"])
-    write_curve(history, out["curve"])
-    run.log_figure(plot_curves(history), "plots/rl_curves.png")
-    ckpt.unlink(missing_ok=True)  # the finished model is the output; a rerun with the same params is DVC's no-op
+    out_dir = out["model"]
+    if world.is_main:
+        save_dir(trainer.policy, tok, out_dir)
+        write_curve(history, out["curve"])
+        run.log_figure(plot_curves(history), "plots/rl_curves.png")
+        ckpt.unlink(missing_ok=True)  # the finished model is the output; a rerun with the same params is DVC's no-op
+    distributed.barrier(world)
     return summarise(history, trainer, wall) | {"seed": seed, "resumed_from_step": resumed_from,
-                                                "model_dir": str(out_dir)}
+                                                "model_dir": str(out_dir), "processes": world.size}
 
 
 def summarise(history: list[dict], trainer: RLTrainer, wall_s: float) -> dict:

@@ -25,11 +25,9 @@ class Scores:
     accuracy: torch.Tensor  # (N,) 1.0 when the final answer is equivalent to the gold
     format: torch.Tensor  # (N,) 1.0 when the output has the expected form
 
-
-def decode_completions(tokenizer, completion_ids: torch.Tensor, mask: torch.Tensor) -> list[str]:
-    """(N, T) ids and mask -> N strings (special tokens such as EOS dropped)."""
-    return [tokenizer.decode(ids[m.bool()].tolist(), skip_special_tokens=True)
-            for ids, m in zip(completion_ids, mask, strict=True)]
+    def to(self, device) -> Scores:
+        """The same scores with their tensors on `device`."""
+        return Scores(self.texts, self.rewards.to(device), self.accuracy.to(device), self.format.to(device))
 
 
 class Scorer:
@@ -115,7 +113,7 @@ def _spans_of_prefixes(tokenizer, ids: list[int], text: str) -> list[tuple[int, 
 
 
 def token_spans(tokenizer, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
-    """Decode (T,) ids once: the text (special tokens dropped, as `decode_completions`) and the (T,) (start, end)
+    """Decode (T,) ids once: the text (special tokens dropped, as `dsmath.generation.rollout.decode_completions`) and the (T,) (start, end)
     character span of each token in it, contiguous and sorted. A multi-byte character split over tokens belongs to
     the token that completes it; a special token, or one holding only the first bytes of a character, spans nothing.
 

@@ -14,6 +14,13 @@ One step (``RLTrainer.step``):
 4. ``mu`` passes of the clipped surrogate over the batch in ``minibatches`` optimiser steps. By default every output
    of every group is in the objective with denominators over all G outputs (eq. 3); ``skip_zero_advantage`` leaves
    rows with zero advantage out of the forward pass (a saving that drops their KL term, see ``update``).
+
+Across processes (``torchrun`` / ``accelerate launch``, see :mod:`dsmath.distributed`) the step is data-parallel:
+each rank samples and scores whole groups of the global batch (a group never straddles ranks; each row's sampling
+noise is keyed by its global index, so a rank samples exactly what one process would for those rows), the loss
+of every rank is normalised by the *global* denominators (DDP's gradient average then equals the one-process
+gradient), and the step's metrics are computed over the rows of every rank. ``rl.prompts_per_step`` is the global
+batch: results do not depend on the process count up to floating-point summation order.
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ from dataclasses import dataclass
 import torch
 
 from dsmath import prompts
+from dsmath.distributed import World, all_sum, any_rank, gather_objects
+from dsmath.generation.engines import autocast, position_ids
+from dsmath.generation.rollout import Rollout, ToolMode, concat_rollouts, decode_completions, sample, sequence_logprobs
 from dsmath.rl import ppo as ppo_math
 from dsmath.rl.advantages import (
     equal_reward_groups,
@@ -36,9 +46,7 @@ from dsmath.rl.advantages import (
     process_advantages,
 )
 from dsmath.rl.losses import KL_ESTIMATORS, policy_loss
-from dsmath.rl.rollout import Rollout, ToolMode, concat_rollouts, sample, sequence_logprobs
-from dsmath.rl.sampler import position_ids
-from dsmath.rl.scoring import Scorer, Scores, decode_completions, step_rewards
+from dsmath.rl.scoring import Scorer, Scores, step_rewards
 
 
 @dataclass
@@ -104,7 +112,8 @@ def ppo_rule(tr: RLTrainer, b: Batch, ref_lp: torch.Tensor):
         values = tr.values(ro)
     rewards = ppo_math.kl_penalised_rewards(b.scores.rewards, ro.logprobs, ref_lp, ro.loss_mask, c.kl_coef)
     adv, returns = ppo_math.gae(rewards, values, ro.loss_mask, c.gamma, c.lam)
-    return ppo_math.whiten(adv, ro.loss_mask), {"values": values, "returns": returns}
+    reduce = (lambda xs: all_sum(tr.world, xs)) if tr.world.distributed else None  # noqa: E731
+    return ppo_math.whiten(adv, ro.loss_mask, reduce=reduce), {"values": values, "returns": returns}
 
 
 def rft_rule(tr: RLTrainer, b: Batch, ref_lp: torch.Tensor):
@@ -131,10 +140,20 @@ ALGORITHMS: dict[str, Algorithm] = {
 
 
 class RLTrainer:
-    """Policy, frozen reference, optional critic, optimiser and the deterministic prompt stream of one RL run."""
+    """Policy, frozen reference, optional critic, optimiser and the deterministic prompt stream of one RL run.
+
+    world: this process's rank and device (:mod:`dsmath.distributed`); the models move to its device, and with
+    more than one rank the policy (and critic) train inside ``DistributedDataParallel``. dtype: the precision of
+    sampling and of the training forwards (autocast; the weights and AdamW state stay float32); when it is not
+    float32 the old log-probs are recomputed by the training forward, so the ratio compares like with like.
+    """
 
     def __init__(self, cfg, policy, tokenizer, problems: Sequence[dict], scorer: Scorer, seed: int,
-                 tool_fn: Callable[[list[str]], list[str]] | None = None):
+                 tool_fn: Callable[[list[str]], list[str]] | None = None, world: World | None = None,
+                 dtype: torch.dtype | None = None):
+        self.world = world or World()
+        self.dtype = None if dtype in (None, torch.float32) else dtype
+        policy = policy.to(self.world.device)
         self.cfg, self.policy, self.tok, self.problems, self.scorer = cfg, policy, tokenizer, list(problems), scorer
         self.algo = ALGORITHMS[cfg.algorithm]
         self.ref = _frozen_copy(policy)
@@ -143,9 +162,11 @@ class RLTrainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
         self.critic = self.critic_opt = None
         if self.algo.critic:
-            self.critic = ppo_math.ValueModel(copy.deepcopy(policy))
+            self.critic = ppo_math.ValueModel(copy.deepcopy(policy)).to(self.world.device)
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=cfg.ppo.critic_lr)
-        self.gen = torch.Generator().manual_seed(seed)
+        self.train_policy, self.train_critic = _data_parallel(self.policy, self.world), _data_parallel(self.critic,
+                                                                                                        self.world)
+        self.gen = torch.Generator().manual_seed(seed)  # only draws each rollout's noise seed: the same on every rank
         self.seed, self.step_count, self.skipped, self.cursor = seed, 0, 0, 0
         self.tool = ToolMode(tool_fn, tokenizer, max_calls=cfg.max_tool_calls) if tool_fn else None
         self.eos = [tokenizer.eos_token_id]
@@ -182,11 +203,17 @@ class RLTrainer:
         t2 = time.perf_counter()
         ro = batch.rollout
         with torch.no_grad():
+            if self.dtype is not None:  # sampled in another precision / engine than training: pi_old by the same forward
+                self.policy.eval()
+                lp = sequence_logprobs(self.policy, ro.input_ids, ro.attention_mask, ro.completion_ids.shape[1],
+                                       temperature=cfg.temperature, dtype=self.dtype)
+                ro.logprobs = lp * ro.loss_mask
             ref_lp = sequence_logprobs(self.ref, ro.input_ids, ro.attention_mask, ro.completion_ids.shape[1],
-                                       temperature=cfg.temperature)
+                                       temperature=cfg.temperature, dtype=self.dtype)
         adv, extra = self.algo.advantages(self, batch, ref_lp)
-        adv = adv.contiguous()
-        keep = (adv != 0).any(dim=1) if cfg.skip_zero_advantage else torch.ones(len(adv), dtype=torch.bool)
+        adv = adv.to(ro.completion_ids.device).contiguous()
+        keep = (adv != 0).any(dim=1) if cfg.skip_zero_advantage else torch.ones(len(adv), dtype=torch.bool,
+                                                                                device=adv.device)
         stats = self.update(ro, adv, ref_lp, keep, extra)
         t3 = time.perf_counter()
         self.step_count += 1
@@ -199,24 +226,27 @@ class RLTrainer:
         questions until `prompts_per_step` groups with reward spread are found or `dynamic_sampling_rounds` rounds
         are spent; the batch is those groups, filled up with flat groups (in sampling order) when too few were found.
         """
-        cfg, g, b = self.cfg, self.cfg.group_size, self.cfg.prompts_per_step
-        rounds, gen_s, score_s, found = [], 0.0, 0.0, 0  # found: groups with reward spread so far
+        cfg, g = self.cfg, self.cfg.group_size
+        mine = self.world.shard(cfg.prompts_per_step)  # this rank's groups of the global batch
+        b = len(mine)
+        rounds, gen_s, score_s, found = [], 0.0, 0.0, 0  # found: groups with reward spread so far (this rank)
         for _ in range(cfg.dynamic_sampling_rounds if cfg.dynamic_sampling else 1):
             t0 = time.perf_counter()
-            problems = self.prompts_at(self.cursor, b)
-            self.cursor += b
+            problems = self.prompts_at(self.cursor + mine.start, b)
+            self.cursor += cfg.prompts_per_step
             golds = [p["answer"] for p in problems for _ in range(g)]
-            ro = self.rollout([ids for ids in self.encode([p["question"] for p in problems]) for _ in range(g)])
+            ro = self.rollout([ids for ids in self.encode([p["question"] for p in problems]) for _ in range(g)],
+                              row_keys=range(mine.start * g, mine.stop * g))
             t1 = time.perf_counter()
             scores = self.scorer(decode_completions(self.tok, ro.completion_ids, ro.completion_mask), golds)
             if cfg.overlong_buffer:  # DAPO: a soft penalty for outputs near or at the generation budget
                 scores.rewards = scores.rewards + overlong_penalty(ro.completion_mask.sum(dim=1).cpu(),
                                                                    cfg.max_new_tokens, cfg.overlong_buffer,
                                                                    cfg.overlong_penalty)
-            rounds.append(Batch(problems, ro, golds, scores))
+            rounds.append(Batch(problems, ro, golds, scores.to(ro.completion_ids.device)))
             gen_s, score_s = gen_s + t1 - t0, score_s + time.perf_counter() - t1
             found += int((~equal_reward_groups(scores.rewards, g)).sum())
-            if found >= b:
+            if not any_rank(self.world, found < b):  # every rank samples the same number of rounds
                 break
         if not cfg.dynamic_sampling:
             batch, sampled = rounds[0], rounds[0].scores
@@ -233,19 +263,21 @@ class RLTrainer:
                              for i in range(min(2 * g, len(batch.golds)))]
         return batch, sampled, (gen_s, score_s)
 
-    def rollout(self, prompt_ids: list[list[int]], temperature: float | None = None) -> Rollout:
+    def rollout(self, prompt_ids: list[list[int]], row_keys: Sequence[int] | None = None) -> Rollout:
+        """Sample the rows (row_keys: their global indices, the keys of their sampling noise)."""
         model = self.ref if self.algo.sample_from_reference else self.policy
         model.eval()
+        seed = int(torch.randint(0, 2**62, (1,), generator=self.gen))
         return sample(model, prompt_ids, max_new_tokens=self.cfg.max_new_tokens, eos_token_id=self.eos,
-                      pad_token_id=self.tok.pad_token_id,
-                      temperature=self.cfg.temperature if temperature is None else temperature,
-                      top_p=self.cfg.top_p, generator=self.gen, tool=self.tool, engine=self.cfg.engine)
+                      pad_token_id=self.tok.pad_token_id, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+                      seed=seed, row_keys=row_keys, tool=self.tool, engine=self.cfg.engine, dtype=self.dtype)
 
-    def values(self, ro: Rollout) -> torch.Tensor:
+    def values(self, ro: Rollout, critic=None) -> torch.Tensor:
         """(N, T) critic values of the state before each completion token (hidden state at the previous position)."""
         p, t = ro.prompt_ids.shape[1], ro.completion_ids.shape[1]
-        v = self.critic(ro.input_ids, ro.attention_mask, position_ids(ro.attention_mask))
-        return v[:, p - 1 : p - 1 + t]
+        with autocast(ro.input_ids.device, self.dtype):
+            v = (critic or self.critic)(ro.input_ids, ro.attention_mask, position_ids(ro.attention_mask))
+        return v[:, p - 1 : p - 1 + t].float()
 
     # ---------------------------------------------------------------- the update
 
@@ -255,40 +287,60 @@ class RLTrainer:
         Every row is in the objective (eq. 3) unless `skip_zero_advantage` leaves rows whose advantage is 0 on every
         token out of the forward pass; the aggregation's denominators then stay those of the whole batch (its
         minibatch share), so the policy-gradient term is unchanged and only the skipped rows' KL term is lost.
+        Across ranks each minibatch is the union of every rank's share; its denominators are summed over ranks and
+        each rank's loss is scaled by the world size, which DDP's gradient *average* undoes.
         """
-        cfg = self.cfg
+        cfg, world = self.cfg, self.world
         rows = keep.nonzero().squeeze(-1)
-        if len(rows) == 0:
+        if not any_rank(world, len(rows) > 0):
             return {}
         self.policy.train()
         t = ro.completion_ids.shape[1]
         beta = cfg.beta if self.algo.kl_in_loss else 0.0
-        norm: dict = {"max_tokens": cfg.max_new_tokens}
+        base_norm: dict = {"max_tokens": cfg.max_new_tokens}
         if cfg.skip_zero_advantage:
-            norm |= {"rows": len(keep) / cfg.minibatches, "tokens": float(ro.loss_mask.sum()) / cfg.minibatches}
+            total_rows, total_tokens = all_sum(world, [float(len(keep)), float(ro.loss_mask.sum())])
+            base_norm |= {"rows": total_rows / cfg.minibatches, "tokens": total_tokens / cfg.minibatches}
         acc: dict[str, list[float]] = {}
-        for _ in range(cfg.mu):
-            order = rows[torch.randperm(len(rows), generator=self.gen)]
-            for mb in order.chunk(cfg.minibatches):
-                lp = sequence_logprobs(self.policy, ro.input_ids[mb], ro.attention_mask[mb], t,
-                                       temperature=cfg.temperature)
+        for epoch in range(cfg.mu):
+            shuffle = torch.Generator().manual_seed(self.seed * 1_000_003 + self.step_count * cfg.mu + epoch)
+            order = rows[torch.randperm(len(rows), generator=shuffle).to(rows.device)]
+            for mb in order.tensor_split(cfg.minibatches):
+                if not any_rank(world, len(mb) > 0):
+                    continue
+                norm = dict(base_norm)
+                if world.distributed and not cfg.skip_zero_advantage:  # this minibatch's global counts
+                    mask = ro.loss_mask[mb]
+                    n_rows, n_tokens = all_sum(world, [float((mask.sum(-1) > 0).sum()), float(mask.sum())])
+                    norm |= {"rows": n_rows, "tokens": n_tokens}
+                weight = 1.0 if len(mb) else 0.0  # a rank with no row this minibatch still joins DDP's all-reduce
+                mb = mb if len(mb) else rows[:1] if len(rows) else torch.zeros(1, dtype=torch.long, device=rows.device)
+                lp = sequence_logprobs(self.train_policy, ro.input_ids[mb], ro.attention_mask[mb], t,
+                                       temperature=cfg.temperature, dtype=self.dtype)
                 old = ro.logprobs[mb] if self.algo.ratio else lp.detach()
                 loss, stats = policy_loss(lp, old, adv[mb], ro.loss_mask[mb], clip_eps=cfg.clip_eps,
                                           ref_logprobs=ref_lp[mb], beta=beta, kl=cfg.kl, aggregation=cfg.aggregation,
                                           clip_eps_high=cfg.clip_eps_high, ratio_level=cfg.importance_ratio, **norm)
                 stats["kl_loss"] = stats.pop("kl")  # the in-loss KL of the rows trained (rl/kl is the batch's)
                 stats["loss"] = float(loss.detach())
-                stats |= self._optimise(loss)
+                stats |= self._optimise(loss * weight * world.size)
                 if self.critic is not None:
-                    stats |= self._critic_step(ro.select(mb), extra["values"][mb], extra["returns"][mb])
-                for k, v in stats.items():
-                    acc.setdefault(k, []).append(v)
-        return {k: sum(v) / len(v) for k, v in acc.items()}
+                    stats |= self._critic_step(ro.select(mb), extra["values"][mb], extra["returns"][mb], weight)
+                if weight:
+                    for k, v in stats.items():
+                        acc.setdefault(k, []).append(v)
+        local = {k: sum(v) / len(v) for k, v in acc.items()}
+        if not world.distributed:
+            return local
+        ranks = [r for r in gather_objects(world, local) if r]  # loss and kl_loss are partial sums: add them up
+        return {k: sum(r[k] for r in ranks if k in r) / (1 if k in ("loss", "kl_loss") else
+                                                          sum(k in r for r in ranks)) for k in ranks[0]}
 
     def _optimise(self, loss: torch.Tensor) -> dict[str, float]:
-        """Backward, clip, step; a non-finite loss or gradient skips the step (counted) instead of corrupting it."""
+        """Backward, clip, step; a non-finite loss or gradient (on any rank) skips the step on every rank (counted)
+        instead of corrupting it. Gradients are all-reduced by DDP inside backward, so the norm is the same on all."""
         self.opt.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss):
+        if any_rank(self.world, not bool(torch.isfinite(loss))):
             self.skipped += 1
             return {"grad_norm": float("nan")}
         loss.backward()
@@ -301,10 +353,13 @@ class RLTrainer:
         self.sched.step()
         return {"grad_norm": float(norm)}
 
-    def _critic_step(self, ro: Rollout, old_values: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
-        loss = ppo_math.value_loss(self.values(ro), old_values, returns, ro.loss_mask, self.cfg.ppo.value_clip)
+    def _critic_step(self, ro: Rollout, old_values: torch.Tensor, returns: torch.Tensor,
+                     weight: float = 1.0) -> dict[str, float]:
+        """One critic step; across ranks the value loss is each rank's token mean (DDP averages the ranks)."""
+        values = self.values(ro, self.train_critic)
+        loss = ppo_math.value_loss(values, old_values, returns, ro.loss_mask, self.cfg.ppo.value_clip)
         self.critic_opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss * weight).backward()
         torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.max_grad_norm)
         self.critic_opt.step()
         return {"value_loss": float(loss.detach())}
@@ -312,50 +367,63 @@ class RLTrainer:
     # ---------------------------------------------------------------- metrics, evaluation, checkpoints
 
     def _metrics(self, batch: Batch, sampled: Scores, ref_lp, keep, stats, times, step_s) -> dict[str, float]:
-        """Reward, accuracy, format and flat groups over every output sampled this step; the rest over the batch.
+        """Reward, accuracy, format and flat groups over every output sampled this step; the rest over the batch;
+        across ranks, over the rows of every rank (times are this rank's).
 
         rl/kl: the configured estimator between the sampling policy and the reference, token mean over every
         policy token of the batch (the same quantity on every step); rl/kl_loss: the in-loss value of the update.
         """
         ro, g = batch.rollout, self.cfg.group_size
-        lengths = ro.completion_mask.sum(dim=1).float()
         m = ro.loss_mask.float()
         kl = KL_ESTIMATORS[self.cfg.kl](ro.logprobs, ref_lp)
+        per_row = {  # (rows,) on the CPU: what the metrics are computed from, gathered over ranks
+            "rewards": sampled.rewards, "accuracy": sampled.accuracy, "format": sampled.format,
+            "lengths": ro.completion_mask.sum(dim=1).float(), "kl": (kl * m).sum(-1), "logp": (ro.logprobs * m).sum(-1),
+            "tokens": m.sum(-1), "tool_calls": ro.tool_calls.float(), "keep": keep.float(),
+        }
+        per_row = {k: v.detach().cpu() for k, v in per_row.items()}
+        if self.world.distributed:
+            parts = gather_objects(self.world, per_row)
+            per_row = {k: torch.cat([p[k] for p in parts]) for k in per_row}
+        r, lengths, tokens = per_row["rewards"], per_row["lengths"], per_row["tokens"].sum().clamp(min=1)
         out = {
-            "reward_mean": float(sampled.rewards.mean()),
-            "reward_std": float(sampled.rewards.std()),
-            "accuracy": float(sampled.accuracy.mean()),
-            "format_rate": float(sampled.format.mean()),
-            "zero_std_groups": float(equal_reward_groups(sampled.rewards, g).float().mean()),
-            "sampled_groups": float(len(sampled.rewards) // g),
-            "kl": float((kl * m).sum() / m.sum().clamp(min=1)),
-            "entropy": float(-(ro.logprobs * m).sum() / m.sum().clamp(min=1)),  # sampled-token estimate
+            "reward_mean": float(r.mean()),
+            "reward_std": float(r.std()),
+            "accuracy": float(per_row["accuracy"].mean()),
+            "format_rate": float(per_row["format"].mean()),
+            "zero_std_groups": float(equal_reward_groups(r, g).float().mean()),
+            "sampled_groups": float(len(r) // g),
+            "kl": float(per_row["kl"].sum() / tokens),
+            "entropy": float(-per_row["logp"].sum() / tokens),  # sampled-token estimate
             "response_len_mean": float(lengths.mean()),
             "response_len_max": float(lengths.max()),
-            "trained_rows": float(keep.sum()) if stats else 0.0,
+            "trained_rows": float(per_row["keep"].sum()) if stats else 0.0,
             "lr": self.sched.get_last_lr()[0],
             "skipped_steps": float(self.skipped),
-            "rollout_tokens_per_s": float(ro.completion_mask.sum()) / max(times[0], 1e-9),
+            "rollout_tokens_per_s": float(lengths.sum()) / max(times[0], 1e-9),
             "time_generate_s": times[0],
             "time_score_s": times[1],
             "time_train_s": times[2],
             "time_step_s": step_s + times[2],
-            "tool_calls": float(ro.tool_calls.float().mean()),
+            "tool_calls": float(per_row["tool_calls"].mean()),
         }
         return {f"rl/{k}": v for k, v in (out | stats).items() if not (isinstance(v, float) and math.isnan(v))}
 
     def greedy_accuracy(self, problems: Sequence[dict], batch_size: int = 128) -> float:
-        """Greedy accuracy of the current policy on `problems` (through the same reward layer)."""
+        """Greedy accuracy of the current policy on `problems` (through the same reward layer), the problems split
+        over ranks."""
         correct = 0.0
-        for i in range(0, len(problems), batch_size):
-            chunk = problems[i : i + batch_size]
+        mine = [problems[i] for i in self.world.shard(len(problems))]
+        for i in range(0, len(mine), batch_size):
+            chunk = mine[i : i + batch_size]
             self.policy.eval()
             ro = sample(self.policy, self.encode([p["question"] for p in chunk]),
                         max_new_tokens=self.cfg.max_new_tokens, eos_token_id=self.eos,
-                        pad_token_id=self.tok.pad_token_id, temperature=0.0, tool=self.tool, engine=self.cfg.engine)
+                        pad_token_id=self.tok.pad_token_id, temperature=0.0, tool=self.tool, engine=self.cfg.engine,
+                        dtype=self.dtype)
             texts = decode_completions(self.tok, ro.completion_ids, ro.completion_mask)
             correct += float(self.scorer(texts, [p["answer"] for p in chunk]).accuracy.sum())
-        return correct / max(len(problems), 1)
+        return all_sum(self.world, [correct])[0] / max(len(problems), 1)
 
     def state_dict(self) -> dict:
         return {
@@ -371,12 +439,23 @@ class RLTrainer:
         self.ref.load_state_dict(s["ref"])
         self.opt.load_state_dict(s["opt"])
         self.sched.load_state_dict(s["sched"])
-        self.gen.set_state(s["gen"])
-        torch.set_rng_state(s["torch_rng"])
+        self.gen.set_state(s["gen"].cpu())
+        torch.set_rng_state(s["torch_rng"].cpu())
         self.step_count, self.skipped, self.cursor = s["step"], s["skipped"], s["cursor"]
         if self.critic is not None:
             self.critic.load_state_dict(s["critic"])
             self.critic_opt.load_state_dict(s["critic_opt"])
+
+
+def _data_parallel(model, world: World):
+    """`model` inside torch's DistributedDataParallel when there are several ranks (the training forwards go through
+    it; sampling and checkpoints use the bare module, which shares its parameters); else `model` itself."""
+    if model is None or not world.distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [world.device.index] if world.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
 
 
 def _frozen_copy(model):

@@ -26,12 +26,16 @@ MakeBatch = Callable[[Sequence[int]], dict[str, torch.Tensor]]  # row indices ->
 LogFn = Callable[[dict[str, float], int], None]  # (metrics, step)
 
 
-def make_accelerator(device: str = "auto"):
-    """An `Accelerator` on the CPU when asked (or when no accelerator device exists), else on the default device."""
+MIXED_PRECISION = {"float32": "no", "bfloat16": "bf16", "float16": "fp16"}  # params common.dtype -> accelerate
+
+
+def make_accelerator(device: str = "auto", dtype: str = "float32"):
+    """An `Accelerator` on the CPU when asked (or when no accelerator device exists), else on the default device;
+    `dtype` other than float32 trains in accelerate's mixed precision (float32 weights, autocast forwards)."""
     from accelerate import Accelerator
 
     cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
-    return Accelerator(cpu=cpu, step_scheduler_with_optimizer=False)
+    return Accelerator(cpu=cpu, step_scheduler_with_optimizer=False, mixed_precision=MIXED_PRECISION[dtype])
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """What a training stage leaves behind: loss-curve file for `dvc plots`, PNG and model in MLflow, metrics JSON.
 
-Only the main process talks to MLflow; under DDP the other processes get a :class:`NullRun` with the same methods.
+Only the main process talks to MLflow; under DDP the other processes get a :class:`dsmath.tracking.NullRun`.
 """
 
 from __future__ import annotations
@@ -17,21 +17,11 @@ from dsmath.stage import write_metrics
 CURVE_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens_per_s")
 
 
-class NullRun:
-    """Stands in for `tracking.StageRun` on non-main processes: every call is a no-op."""
-
-    def __getattr__(self, name: str):
-        return lambda *args, **kwargs: None
-
-
 @contextlib.contextmanager
 def stage_tracking(accelerator, stage: str, params, sections: dict[str, Any]) -> Iterator[Any]:
-    """`tracking.stage_run` on the main process, a `NullRun` elsewhere."""
-    if accelerator.is_main_process:
-        with tracking.stage_run(stage, params, sections) as run:
-            yield run
-    else:
-        yield NullRun()
+    """`tracking.stage_run` on the main process, a `tracking.NullRun` elsewhere."""
+    with tracking.main_process_run(accelerator.is_main_process, stage, params, sections) as run:
+        yield run
 
 
 def write_curve(history: Sequence[dict], path: str | Path) -> Path:
@@ -102,7 +92,7 @@ def run_training_stage(params, stage: str, recipe, sections: dict[str, Any]) -> 
     from dsmath.train.loop import make_accelerator
 
     t0 = time.perf_counter()
-    accelerator = make_accelerator(params.common.device)
+    accelerator = make_accelerator(params.common.device, params.common.dtype)
     if accelerator.is_main_process:  # a DVC output even when no checkpoint is written (pass-through, no interval)
         (Path(params.common.paths.checkpoints) / stage).mkdir(parents=True, exist_ok=True)
     with stage_tracking(accelerator, stage, params, sections) as run:

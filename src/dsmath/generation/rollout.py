@@ -1,7 +1,7 @@
 """Rollouts for GRPO and evaluation: batched sampling that records per-token log-probs, and the scoring pass.
 
 :func:`sample` decodes N prompts at once (left-padded, KV cache, temperature / top-p, stop at EOS or
-``max_new_tokens``) on the fastest engine of :mod:`dsmath.rl.sampler` that supports the model, and returns a
+``max_new_tokens``) on the fastest engine of :mod:`dsmath.generation.engines` that supports the model, and returns a
 :class:`Rollout`. :func:`sequence_logprobs` scores given completions in one forward pass (reference model, training
 forward). With a :class:`ToolMode`, a row that closes a ```` ```python ```` block is paused, the code runs through the
 caller's ``tool_fn``, and the row continues after the appended ```` ```output ```` block (docs/formats.md, ``tool``).
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from dsmath.rl.sampler import make_engine, position_ids, sample_next
+from dsmath.generation.engines import RowNoise, autocast, make_engine, position_ids, sample_next
 
 CODE_OPEN, FENCE = "```python", "```"
 
@@ -126,32 +126,38 @@ def concat_rollouts(parts: Sequence[Rollout], pad_token_id: int) -> Rollout:
 
 
 def sample(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eos_token_id: int | Sequence[int],
-           pad_token_id: int, temperature: float = 1.0, top_p: float = 1.0,
-           generator: torch.Generator | None = None, tool: ToolMode | None = None, engine: str = "auto",
-           compact_frac: float = 0.25) -> Rollout:
+           pad_token_id: int, temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None,
+           row_keys: Sequence[int] | None = None, tool: ToolMode | None = None, engine: str = "auto",
+           dtype: torch.dtype | None = None, compact_frac: float = 0.25) -> Rollout:
     """Sample one completion per prompt (repeat a prompt G times for a GRPO group); returns a :class:`Rollout`.
 
-    temperature 0 decodes greedily. Same model, prompts, arguments and generator state give the same rollout.
-    engine: ``auto`` (the fast Llama engine when the model supports it, else ``hf``), ``fast`` or ``hf``.
+    temperature 0 decodes greedily; sampling needs a `seed`. A row's draws depend only on (seed, its key in
+    `row_keys`, default its index): the same row key and seed give the same completion whatever else is in the
+    batch, so a batch split over processes (keys = global row indices) samples what one process would.
+    engine: ``auto`` (the fast Llama engine when the model supports it, else ``hf``), ``fast`` or ``hf``;
+    dtype: decoding precision (None: the model's). Every tensor lives on the model's device.
     compact_frac: drop finished rows from the batch (and cache) once they make up this fraction of it.
     """
     if max_new_tokens < 1 or temperature < 0 or not 0 < top_p <= 1:
         raise ValueError(f"need max_new_tokens >= 1, temperature >= 0, 0 < top_p <= 1 "
                          f"(got {max_new_tokens}, {temperature}, {top_p})")
+    if temperature > 0 and seed is None:
+        raise ValueError("sampling (temperature > 0) needs a seed")
     device = model.device
     prompt_ids, prompt_mask = left_pad(prompts, pad_token_id, device)
     n = len(prompts)
+    noise = None if temperature == 0 else RowNoise(seed, range(n) if row_keys is None else row_keys)
     eos = torch.as_tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id),
                           dtype=torch.long, device=device)
     out = _Outputs(n, max_new_tokens, pad_token_id, device)
     tools = _ToolState(tool, n, model.config.vocab_size, device) if tool is not None else None
     with torch.inference_mode():
-        dec = make_engine(model, n, prompt_ids.shape[1] + max_new_tokens, engine)
+        dec = make_engine(model, n, prompt_ids.shape[1] + max_new_tokens, engine, dtype)
         logits = dec.prefill(prompt_ids, prompt_mask)
         rows = torch.arange(n, device=device)  # batch row -> prompt index (the batch shrinks as rows finish)
         done = torch.zeros(n, dtype=torch.bool, device=device)
         for t in range(max_new_tokens):
-            tokens, logps = sample_next(logits, temperature, top_p, generator)
+            tokens, logps = sample_next(logits, temperature, top_p, None if noise is None else noise.uniform(t, rows))
             tokens, done = _record_step(out, tools, rows, t, tokens, logps, done, eos)
             if t == max_new_tokens - 1 or bool(done.all()):
                 break
@@ -162,6 +168,12 @@ def sample(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eos_
                 rows, tokens, done = rows[keep], tokens[keep], done[keep]
             logits = dec.step(tokens)
     return out.rollout(prompt_ids, prompt_mask, tools)
+
+
+def decode_completions(tokenizer, completion_ids: torch.Tensor, mask: torch.Tensor) -> list[str]:
+    """(N, T) ids and mask -> N strings (special tokens such as EOS dropped)."""
+    return [tokenizer.decode(ids[m.bool()].tolist(), skip_special_tokens=True)
+            for ids, m in zip(completion_ids.cpu(), mask.cpu(), strict=True)]
 
 
 def _record_step(out: _Outputs, tools: _ToolState | None, rows, t: int, tokens, logps, done, eos):
@@ -290,19 +302,21 @@ class _ToolState:
 
 
 def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_completion: int, *,
-                      temperature: float = 1.0) -> torch.Tensor:
+                      temperature: float = 1.0, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Log-probs of the last `num_completion` tokens of each row in one forward pass (keeps the autograd graph).
 
     input_ids, attention_mask: (N, P + T) left-padded prompts followed by right-padded completions (as
     ``Rollout.input_ids`` / ``Rollout.attention_mask``); returns (N, T) ``log_softmax(logits / temperature)`` of
     each completion token (temperature 0 counts as 1, as in :func:`sample`). Values on pads are meaningless: mask them.
+    dtype: the forward's autocast precision (None or float32: the weights' own); the log-softmax is in float32.
     Memory: the (N, T, V) logits in float32; split large batches into row chunks.
     """
     t = num_completion
     if t == 0:
         return torch.zeros(input_ids.shape[0], 0, device=input_ids.device)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
-                use_cache=False, logits_to_keep=t + 1)
+    with autocast(input_ids.device, dtype):
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
+                    use_cache=False, logits_to_keep=t + 1)
     logits = out.logits[:, :-1].float()  # (N, T, V): the logits at position j predict token j + 1
     if temperature not in (0.0, 1.0):
         logits = logits / temperature

@@ -1,4 +1,4 @@
-"""Decoding engines and the token sampler behind :func:`dsmath.rl.rollout.sample`.
+"""Decoding engines and the token sampler behind :func:`dsmath.generation.rollout.sample`.
 
 Two engines share one interface (``prefill`` -> ``step`` -> ... with ``keep`` to drop finished rows):
 
@@ -19,7 +19,8 @@ embeddings; RoPE is shift-invariant anyway).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -36,14 +37,34 @@ def position_ids(mask: torch.Tensor) -> torch.Tensor:
 # sampling
 
 
+class RowNoise:
+    """The uniforms of inverse-CDF sampling, keyed by (seed, decoding step, row key).
+
+    Row k's draw at step t is element ``key_k`` of ``rand(width)`` from a generator seeded by (seed, t): it depends
+    on nothing but the seed, the step and the row's key, never on which other rows share the batch, how finished
+    rows were compacted away, or how a global batch is split over processes (give each row its global index).
+    keys: (N,) distinct non-negative ints, one per prompt of the batch.
+    """
+
+    def __init__(self, seed: int, keys: Sequence[int] | torch.Tensor):
+        self.seed = int(seed)
+        self.keys = torch.as_tensor(keys, dtype=torch.long).cpu()
+        self.width = int(self.keys.max()) + 1 if len(self.keys) else 0
+
+    def uniform(self, t: int, rows: torch.Tensor) -> torch.Tensor:
+        """(n, 1) float32 uniforms in [0, 1) for the batch rows `rows` (prompt indices, (n,)) at step t, on CPU."""
+        g = torch.Generator().manual_seed((self.seed * 1_000_003 + t) % 2**63)
+        return torch.rand(self.width, generator=g)[self.keys[rows.cpu()]][:, None]
+
+
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+                uniforms: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row and its log-prob; logits: (N, V) -> tokens (N,), logprobs (N,).
 
     The log-prob is that of the sampled token under ``log_softmax(logits / temperature)`` over the full vocabulary,
     *before* top-p truncation (the distribution a training forward at the same temperature reproduces; greedy,
-    ``temperature == 0``, records temperature 1). The draw is by inverse CDF, one uniform per row from
-    `generator` (deterministic given its state).
+    ``temperature == 0``, records temperature 1). The draw is by inverse CDF with one uniform per row,
+    `uniforms` (N, 1) in [0, 1) (:class:`RowNoise`; unused when greedy).
     """
     if temperature == 0.0:
         tokens = logits.argmax(-1)
@@ -54,7 +75,7 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
     if top_p < 1.0:
         probs = _nucleus(probs, top_p)
     cdf = probs.cumsum(-1)  # inverse-CDF draw: one uniform per row
-    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+    u = uniforms.to(device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
     tokens = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[-1] - 1)  # right: skips zero-prob tokens
     return tokens.squeeze(-1), logp.gather(-1, tokens).squeeze(-1)
 
@@ -101,16 +122,18 @@ class FastLlama:
     -inf elsewhere; ``pos`` (N,) is the position id of each row's next token. q is pre-scaled by 1/sqrt(D).
     """
 
-    def __init__(self, model, batch: int, max_len: int):
+    def __init__(self, model, batch: int, max_len: int, dtype: torch.dtype | None = None):
         cfg, inner = model.config, model.model
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.eps = cfg.rms_norm_eps
-        self.embed = inner.embed_tokens.weight.detach()
-        self.layers = [_fuse(layer, self.heads, self.kv_heads, self.head_dim)
+        cast = _caster(dtype)  # the engine's own copy of the weights, in the decoding dtype (default: the model's)
+        self.embed = cast(inner.embed_tokens.weight.detach())
+        self.layers = [_Fused(*(cast(w) for w in _fields_of(_fuse(layer, self.heads, self.kv_heads,
+                                                                         self.head_dim))))
                        for layer in inner.layers[: cfg.num_hidden_layers]]
-        self.final_gain = inner.norm.weight.detach()  # not folded: the LM head may be the (large) tied embedding
-        self.lm_head = (model.lm_head.weight.detach(), _bias(model.lm_head))
+        self.final_gain = cast(inner.norm.weight.detach())  # not folded: the LM head may be the large tied embedding
+        self.lm_head = (cast(model.lm_head.weight.detach()), cast(_bias(model.lm_head)))
         w = self.embed
         self.upcast = w.dtype != torch.float32  # RMSNorm and RoPE run in float32, as in HF
         self._use_cache(torch.empty(len(self.layers), 2, batch, self.kv_heads, max_len, self.head_dim,
@@ -199,6 +222,16 @@ class FastLlama:
         return h.to(x.dtype) if self.upcast else h
 
 
+def _caster(dtype: torch.dtype | None):
+    """x -> x in `dtype` (None passes through, as does every x when dtype is None)."""
+    return lambda x: x if x is None or dtype is None or x.dtype == dtype else x.to(dtype)
+
+
+def _fields_of(obj) -> tuple:
+    """The fields of a dataclass instance, in order, without copying them (dataclasses.astuple deep-copies)."""
+    return tuple(getattr(obj, f.name) for f in fields(obj))
+
+
 def _add_linear(x: torch.Tensor, a: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
     """x + a @ w_t (+ b) with the residual add fused into the matmul; x: (N, out), a: (N, in), w_t: (in, out)."""
     out = torch.addmm(x, a, w_t)
@@ -274,10 +307,11 @@ def _rope_cis(rotary, max_len: int, device) -> torch.Tensor:
 class HFDecoder:
     """Any HF causal LM through its own forward: ``DynamicCache``, 2D padding mask, explicit position ids."""
 
-    def __init__(self, model, batch: int, max_len: int):
+    def __init__(self, model, batch: int, max_len: int, dtype: torch.dtype | None = None):
         from transformers import DynamicCache
 
         self.model, self.cache = model, DynamicCache(config=model.config)
+        self.dtype = None if dtype in (None, next(model.parameters()).dtype) else dtype  # else: decode under autocast
         self.mask = torch.zeros(batch, 0, dtype=torch.long, device=model.device)
         self.pos = torch.zeros(batch, dtype=torch.long, device=model.device)
 
@@ -299,8 +333,9 @@ class HFDecoder:
         self.mask, self.pos = self.mask[rows], self.pos[rows]
 
     def _forward(self, ids, pos):
-        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos, cache=self.cache,
-                         use_cache=True, logits_to_keep=1)
+        with autocast(self.model.device, self.dtype):
+            out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos, cache=self.cache,
+                                 use_cache=True, logits_to_keep=1)
         self.cache = out.cache
         return out.logits[:, -1]
 
@@ -308,12 +343,24 @@ class HFDecoder:
 ENGINES = {"fast": FastLlama, "hf": HFDecoder}
 
 
-def make_engine(model, batch: int, max_len: int, engine: str = "auto"):
-    """The named engine (``fast`` | ``hf``), or for ``auto`` the fast one when the model supports it."""
+def autocast(device: torch.device | str, dtype: torch.dtype | None):
+    """``torch.autocast`` to `dtype` on `device`'s type; a no-op context for None or float32."""
+    import contextlib
+
+    if dtype is None or dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+def make_engine(model, batch: int, max_len: int, engine: str = "auto", dtype: torch.dtype | None = None):
+    """The named engine (``fast`` | ``hf``), or for ``auto`` the fast one when the model supports it.
+
+    dtype: the decoding precision (None: the model's); the fast engine copies the weights in it, the HF one decodes
+    under ``torch.autocast``."""
     if engine == "auto":
         engine = "hf" if fast_path_unsupported(model) else "fast"
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; valid: auto, {', '.join(ENGINES)}")
     if engine == "fast" and (why := fast_path_unsupported(model)):
         raise ValueError(f"engine 'fast' does not support this model: {why}")
-    return ENGINES[engine](model, batch, max_len)
+    return ENGINES[engine](model, batch, max_len, dtype)
