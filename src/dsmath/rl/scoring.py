@@ -113,7 +113,7 @@ def _spans_of_prefixes(tokenizer, ids: list[int], text: str) -> list[tuple[int, 
 
 
 def token_spans(tokenizer, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
-    """Decode (T,) ids once: the text (special tokens dropped, as `dsmath.generation.rollout.decode_completions`) and the (T,) (start, end)
+    """Decode (T,) ids once: the text (special tokens dropped, as `decode_completions`) and the (T,) (start, end)
     character span of each token in it, contiguous and sorted. A multi-byte character split over tokens belongs to
     the token that completes it; a special token, or one holding only the first bytes of a character, spans nothing.
 

@@ -203,7 +203,7 @@ class RLTrainer:
         t2 = time.perf_counter()
         ro = batch.rollout
         with torch.no_grad():
-            if self.dtype is not None:  # sampled in another precision / engine than training: pi_old by the same forward
+            if self.dtype is not None:  # sampled in another precision than training: pi_old by the training forward
                 self.policy.eval()
                 lp = sequence_logprobs(self.policy, ro.input_ids, ro.attention_mask, ro.completion_ids.shape[1],
                                        temperature=cfg.temperature, dtype=self.dtype)
