@@ -67,31 +67,33 @@ def question_prompts(model_dir: str, path: str, mode: str, batch: int) -> tuple[
     return [tok(t, add_special_tokens=False)["input_ids"] for t in texts], [tok.eos_token_id]
 
 
-def run_generate(model, prompts, new_tokens: int, pad: int, eos: list[int], seed: int) -> int:
+def run_generate(model, prompts, new_tokens: int, pad: int, eos: list[int], seed: int, dtype=None) -> int:
     """`model.generate` on the same left-padded batch; returns the new tokens up to and including each row's EOS."""
-    ids, mask = left_pad(prompts, pad)
+    from dsmath.generation.engines import autocast
+
+    ids, mask = left_pad(prompts, pad, model.device)
     torch.manual_seed(seed)
-    with torch.inference_mode():
+    with torch.inference_mode(), autocast(model.device, dtype):
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=True,
                              temperature=1.0, top_p=1.0, top_k=0, pad_token_id=pad, eos_token_id=eos or None)
     new = out[:, ids.shape[1]:]
     if not eos:
         return new.numel()
-    hit = torch.isin(new, torch.tensor(eos))
+    hit = torch.isin(new, torch.tensor(eos, device=new.device))
     length = torch.where(hit.any(1), hit.long().argmax(1) + 1, new.shape[1])  # through the first EOS
     return int(length.sum())
 
 
 def run_sample(engine: str):
-    def run(model, prompts, new_tokens: int, pad: int, eos: list[int], seed: int) -> int:
+    def run(model, prompts, new_tokens: int, pad: int, eos: list[int], seed: int, dtype=None) -> int:
         r = sample(model, prompts, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=pad, temperature=1.0,
-                   top_p=1.0, seed=seed, engine=engine)
+                   top_p=1.0, seed=seed, engine=engine, dtype=dtype)
         return int(r.completion_mask.sum())
     return run
 
 
 def bench(model, prompts, new_tokens: int, repeats: int, engines: list[str],
-          eos: list[int]) -> dict[str, dict[str, float]]:
+          eos: list[int], dtype=None) -> dict[str, dict[str, float]]:
     """tokens/s per method: median and best over `repeats` interleaved runs (one untimed warm-up each), and the
     mean completion length. Without `eos` every method must produce exactly batch * new_tokens tokens."""
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
@@ -101,8 +103,10 @@ def bench(model, prompts, new_tokens: int, repeats: int, engines: list[str],
     lengths: dict[str, list[float]] = {k: [] for k in methods}
     for rep in range(repeats + 1):
         for name, fn in methods.items():
+            _sync(model.device)
             t0 = time.perf_counter()
-            tokens = fn(model, prompts, new_tokens, pad, eos, seed=rep)
+            tokens = fn(model, prompts, new_tokens, pad, eos, seed=rep, dtype=dtype)
+            _sync(model.device)
             dt = time.perf_counter() - t0
             if not eos and tokens != len(prompts) * new_tokens:
                 raise RuntimeError(f"{name}: produced {tokens} tokens, expected {len(prompts) * new_tokens}")
@@ -111,6 +115,11 @@ def bench(model, prompts, new_tokens: int, repeats: int, engines: list[str],
                 lengths[name].append(tokens / len(prompts))
     return {k: {"median": statistics.median(v), "best": max(v), "mean_len": statistics.mean(lengths[k])}
             for k, v in rates.items()}
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
 
 
 def main() -> None:
@@ -130,19 +139,25 @@ def main() -> None:
                     "tokenizer); rows stop at the model's EOS")
     ap.add_argument("--mode", default="cot", help="prompt format of --questions: cot | pot | tool")
     ap.add_argument("--json", default="", help="also write the results here")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda")
+    ap.add_argument("--dtype", default="float32", help="decoding precision: float32 | bfloat16 (GPUs)")
     args = ap.parse_args()
+    from dsmath.distributed import resolve_dtype
+
+    dtype = resolve_dtype(args.dtype)
 
     torch.set_num_threads(args.threads)
     model = pretrained_model(args.model, args.gguf_file) if args.model else default_model(seed=0)
+    model = model.to(args.device)
     if args.questions:
         prompts, eos = question_prompts(args.model, args.questions, args.mode, args.batch)
     else:
         prompts = make_prompts(args.batch, args.prompt_len, model.config.vocab_size, seed=0)
         eos = list(range(4, 4 + args.eos_tokens))
-    res = bench(model, prompts, args.new_tokens, args.repeats, args.engines.split(","), eos)
+    res = bench(model, prompts, args.new_tokens, args.repeats, args.engines.split(","), eos, dtype)
     base = res["generate"]["median"]
     print(f"batch {args.batch}, prompt ~{args.prompt_len}, {args.new_tokens} new tokens, {args.threads} threads, "
-          f"{args.repeats} repeats, fp32, model {args.model or 'default scratch Llama'}, "
+          f"{args.repeats} repeats, {args.dtype} on {args.device}, model {args.model or 'default scratch Llama'}, "
           f"{'EOS: ' + str(len(eos)) + ' token ids' if eos else 'no EOS'}"
           f"{', prompts from ' + args.questions if args.questions else ''}")
     print(f"{'method':<16}{'median tok/s':>14}{'best tok/s':>12}{'x generate':>12}{'mean len':>10}")

@@ -184,9 +184,13 @@ def test_two_process_ddp_matches_one_process(chain, tmp_path):
 @pytest.mark.slow
 @pytest.mark.real_model
 def test_smollm2_profile_runs_every_stage_for_a_few_steps(chain, tmp_path, monkeypatch):
+    """The real-model overlay through the whole chain, rl and evaluate included (its own tokenizer and template)."""
+    from dsmath.config import load_raw
+    from stages import evaluate, rl
+
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     _copy_inputs(chain, tmp_path, "data")
-    raw = yaml.safe_load((ROOT / "configs" / "smollm2.yaml").read_text())
+    raw = load_raw(ROOT / "configs" / "smollm2.yaml")
     smoke = smoke_params(tmp_path)
     raw["common"]["paths"], raw["common"]["tracking"] = smoke["common"]["paths"], smoke["common"]["tracking"]
     params = str(write_params(tmp_path, raw))
@@ -201,3 +205,14 @@ def test_smollm2_profile_runs_every_stage_for_a_few_steps(chain, tmp_path, monke
     from transformers import AutoModelForCausalLM
 
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "models" / "sft").config.model_type == "llama"
+    seed = str(raw["common"]["rl_seeds"][0])
+    run_stage(rl.main, ["--params", params, seed])
+    m = json.loads((tmp_path / "metrics" / "rl" / f"seed-{seed}.json").read_text())
+    assert m["steps"] == raw["rl"]["steps"] and m["algorithm"] == "grpo"
+    assert all(k in m for k in ("reward_mean_last10", "kl_last10", "s_per_step"))
+    for model in ("sft", "rl"):
+        run_stage(evaluate.main, ["--params", params, model])
+        ev = _metrics(tmp_path, f"eval/{model}")
+        for key in ("synthetic/cot/greedy", "gsm8k_test/cot/greedy", "svamp/cot/greedy", "val/synthetic/cot/greedy"):
+            assert 0.0 <= ev[key] <= 1.0, key
+    assert "synthetic/cot/maj@2" in _metrics(tmp_path, "eval/rl")

@@ -98,3 +98,35 @@ def test_corpus_snapshot_round_trip_and_the_corpus_never_reads_the_live_stdlib(t
             for i in range(40)]
     result = corpus.build_corpus(docs, set(), ROOT / "data/raw", ROOT / "data/extra", cfg.corpus, 0)
     assert len(result.code) == 3 and all(d["source"] == "python-stdlib" for d in result.code)
+
+
+def test_an_overlay_takes_every_default_it_does_not_list_from_params_yaml():
+    """configs/smollm2.yaml extends params.yaml: what it lists wins, everything else is params.yaml's (the class
+    defaults of dsmath.config are never reached)."""
+    from dsmath.config import load_raw
+
+    main, real = load_raw(ROOT / "params.yaml"), load_raw(ROOT / "configs/smollm2.yaml")
+    listed = yaml.safe_load((ROOT / "configs/smollm2.yaml").read_text())
+    assert "extends" not in real and real["rl"]["mode"] == listed["rl"]["mode"] == "cot"
+    assert real["rl"]["beta"] == main["rl"]["beta"] and "beta" not in listed["rl"]
+    assert real["sft"]["train"]["optim"]["beta2"] == main["sft"]["train"]["optim"]["beta2"]  # merged key by key
+    assert real["common"]["paths"]["synthetic"] == main["common"]["paths"]["synthetic"]  # the shared data
+    assert real["evaluate"]["modes"] == ["cot"]  # a list replaces, never appends
+    assert load_params(ROOT / "configs/smollm2.yaml").model.source == "pretrained"
+
+
+def test_overlays_chain_and_refuse_loops(tmp_path):
+    from dsmath.config import merge
+
+    assert merge({"a": {"b": 1, "c": [1, 2]}, "d": 1}, {"a": {"c": [3]}, "e": 2}) == {"a": {"b": 1, "c": [3]},
+                                                                                     "d": 1, "e": 2}
+    (tmp_path / "one.yaml").write_text(f"extends: {ROOT / 'params.yaml'}\nrl: {{steps: 7}}\n")
+    (tmp_path / "two.yaml").write_text("extends: one.yaml\nrl: {group_size: 4}\n")
+    p = load_params(tmp_path / "two.yaml")
+    assert (p.rl.steps, p.rl.group_size, p.rl.lr) == (7, 4, load_params(ROOT / "params.yaml").rl.lr)
+    (tmp_path / "loop.yaml").write_text("extends: loop.yaml\n")
+    with pytest.raises(ParamsError, match="loops back"):
+        load_params(tmp_path / "loop.yaml")
+    (tmp_path / "bad.yaml").write_text("extends: 3\n")
+    with pytest.raises(ParamsError, match="must name a params file"):
+        load_params(tmp_path / "bad.yaml")

@@ -81,6 +81,8 @@ __all__ = [
     "Tokenizer",
     "Tracking",
     "load_params",
+    "load_raw",
+    "merge",
     "metric_names",
     "params_path",
     "parse_params",
@@ -111,15 +113,41 @@ def parse_params(raw: dict) -> Params:
         raise ParamsError(_format_errors(err)) from None
 
 
-def load_params(path: str | os.PathLike | None = None) -> Params:
-    """Read and validate the params file (default: $DSMATH_PARAMS or ./params.yaml)."""
-    p = params_path(path)
+OVERLAY_KEY = "extends"  # a profile that starts `extends: ../params.yaml` is an overlay on that file
+
+
+def merge(base: dict, overlay: dict) -> dict:
+    """`overlay` merged onto `base`: mappings key by key, recursively; any other value (lists too) replaces."""
+    out = dict(base)
+    for key, value in overlay.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load_raw(path: str | os.PathLike | None = None, _seen: tuple = ()) -> dict:
+    """The params mapping of a file, overlays resolved: a file with ``extends: <file>`` (relative to itself) is merged
+    onto that file's mapping, so a profile lists only what it changes and every default lives in params.yaml."""
+    p = params_path(path).resolve()
+    if p in _seen:
+        raise ParamsError(f"{p}: `{OVERLAY_KEY}` chain loops back to itself")
     try:
         raw = yaml.safe_load(p.read_text())
     except FileNotFoundError:
         raise ParamsError(f"{p}: params file not found") from None
     except yaml.YAMLError as err:
         raise ParamsError(f"{p}: not valid YAML ({err})") from None
-    if raw is not None and not isinstance(raw, dict):
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
         raise ParamsError(f"{p}: top level must be a mapping")
-    return parse_params(raw)
+    if OVERLAY_KEY in raw:
+        base = raw.pop(OVERLAY_KEY)
+        if not isinstance(base, str):
+            raise ParamsError(f"{p}: `{OVERLAY_KEY}` must name a params file (got {base!r})")
+        raw = merge(load_raw(p.parent / base, (*_seen, p)), raw)
+    return raw
+
+
+def load_params(path: str | os.PathLike | None = None) -> Params:
+    """Read and validate the params file (default: $DSMATH_PARAMS or ./params.yaml), overlays resolved."""
+    return parse_params(load_raw(path))
