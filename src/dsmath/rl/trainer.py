@@ -276,7 +276,8 @@ class RLTrainer:
         """(N, T) critic values of the state before each completion token (hidden state at the previous position)."""
         p, t = ro.prompt_ids.shape[1], ro.completion_ids.shape[1]
         with autocast(ro.input_ids.device, self.dtype):
-            v = (critic or self.critic)(ro.input_ids, ro.attention_mask, position_ids(ro.attention_mask))
+            v = (self.critic if critic is None else critic)(ro.input_ids, ro.attention_mask,
+                                                             position_ids(ro.attention_mask))
         return v[:, p - 1 : p - 1 + t].float()
 
     # ---------------------------------------------------------------- the update
