@@ -133,8 +133,51 @@ def child_runs(parent_id: str) -> dict[str, object]:
     return {r.data.tags.get("dsmath.stage", r.info.run_name): r for r in runs}
 
 
+STAGE_TIMES = "stage_times.json"  # in common.paths.metrics: the stages the latest `make repro` ran, and their times
+
+
+def stage_times(runs: dict[str, object]) -> list[dict]:
+    """[{stage, seconds}] of the finished child runs of one pipeline execution, in the order they started (from the
+    runs' MLflow start and end times; a stage DVC skipped as up to date has no run, a killed one no end time)."""
+    done = [(r.info.start_time, stage, (r.info.end_time - r.info.start_time) / 1000.0) for stage, r in runs.items()
+            if r.info.end_time is not None and r.info.start_time is not None]
+    return [{"stage": stage, "seconds": round(sec, 1)} for _, stage, sec in sorted(done)]
+
+
+def stage_time_table(record: dict) -> str:
+    """The stage wall-time table `make repro` prints (and keeps in metrics/stage_times.json)."""
+    lines = [f"stage wall times ({record['matmul_gflops']:.0f} GFLOP/s fp32 2048^2 matmul, {record['cpu']}):",
+             f"  {'stage':<18}{'min':>8}{'share':>8}"]
+    total = sum(r["seconds"] for r in record["stages"]) or 1.0
+    for r in record["stages"]:
+        lines.append(f"  {r['stage']:<18}{r['seconds'] / 60:>8.1f}{r['seconds'] / total:>8.0%}")
+    lines.append(f"  {'stages':<18}{total / 60:>8.1f}")
+    lines.append(f"  {'make repro':<18}{record['wall_s'] / 60:>8.1f}   (wall time, DVC and start-up included)")
+    return "\n".join(lines)
+
+
+def write_stage_times(params, parent_id: str, wall_s: float) -> dict | None:
+    """Write metrics/stage_times.json for the stages this execution ran (none ran: the file is left as it was) and
+    return the record; the machine's matmul rate goes next to the times (machines here differ by ~2x)."""
+    import json
+
+    from dsmath.train.flops import matmul_flops_per_s
+
+    stages = stage_times(child_runs(parent_id))
+    if not stages:
+        return None
+    record = {"stages": stages, "wall_s": round(wall_s, 1), "matmul_gflops": round(matmul_flops_per_s() / 1e9, 1),
+              "cpu": tracking.cpu_name(), "git_commit": tracking.git_tags().get("git.commit", "unknown")}
+    path = Path(params.common.paths.metrics) / STAGE_TIMES
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`make repro`: `dvc repro [args]` inside a parent MLflow run."""
+    """`make repro`: `dvc repro [args]` inside a parent MLflow run, then the table of the stages' wall times."""
+    import time
+
     args = sys.argv[1:] if argv is None else argv
     try:
         params = validate()
@@ -142,10 +185,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     dvc = str(Path(sys.executable).with_name("dvc"))
+    t0 = time.perf_counter()
     with pipeline_run(params, run_name="dvc repro") as parent_id:
         code = subprocess.call([dvc, "repro", *args])
         tracking.tag_children_from_lock(parent_id)
-        return code
+    if (record := write_stage_times(params, parent_id, time.perf_counter() - t0)) is not None:
+        print(stage_time_table(record))
+    return code
 
 
 if __name__ == "__main__":

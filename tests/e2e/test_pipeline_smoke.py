@@ -8,6 +8,7 @@ run tree and registry, and that bad params fail before anything is touched.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -96,6 +97,9 @@ def test_dvc_repro_builds_every_stage_in_order(repo, monkeypatch):
     graph = pipeline.stage_graph()
     for stage in ran:  # ... but never runs a stage before what it depends on
         assert all(ran.index(dep) < ran.index(stage) for dep in pipeline.upstream(graph, stage)), stage
+    times = json.loads((repo / "metrics" / "stage_times.json").read_text())  # make repro keeps the stage wall times
+    assert sorted(r["stage"] for r in times["stages"]) == sorted(CHAIN) and times["matmul_gflops"] > 0
+    assert "stage wall times" in log
     for path in ("models/sft/model.safetensors", "reports/report.md", "metrics/eval/rl.json",
                  *(f"{p}" for s in SEEDS for p in (f"models/rl/seed-{s}/model.safetensors", f"metrics/rl/seed-{s}.json",
                                                    f"plots/rl/seed-{s}.csv", f"eval/rl/seed-{s}/predictions.jsonl"))):

@@ -49,3 +49,17 @@ def test_metric_names_are_made_mlflow_legal(tmp_path, monkeypatch):
     got = tracking.StageRun(run.run_id).client.get_run(run.run_id).data.metrics
     assert got == {"eval/synthetic/cot/maj_at_8": 0.5}
     assert tracking.metric_key("a/pass@16") == "a/pass_at_16"
+
+
+def test_stage_times_come_from_finished_child_runs_in_start_order():
+    from types import SimpleNamespace as NS
+
+    from dsmath.pipeline import stage_time_table, stage_times
+
+    runs = {"sft": NS(info=NS(start_time=5_000, end_time=65_000)),  # ms since the epoch, as MLflow stores them
+            "base": NS(info=NS(start_time=1_000, end_time=4_000)),
+            "rl@1": NS(info=NS(start_time=70_000, end_time=None))}  # killed: no end time, not a wall time
+    times = stage_times(runs)
+    assert times == [{"stage": "base", "seconds": 3.0}, {"stage": "sft", "seconds": 60.0}]
+    table = stage_time_table({"stages": times, "wall_s": 90.0, "matmul_gflops": 250.0, "cpu": "x"})
+    assert "250 GFLOP/s" in table and "sft" in table and "1.0" in table and "95%" in table and "1.5" in table
