@@ -8,7 +8,7 @@
 #    measured bf16 matmul and against the card's datasheet peak (PEAK_TFLOPS, default 989: H100/H200 SXM dense bf16).
 # Sized to finish within ~8 minutes on an H100/H200 (most of it the CPU-bound corpus stage and model loading).
 # The interpreter: PY, else .venv/bin/python, else python3 (with the repo on PYTHONPATH, no install needed).
-# A dry run of the script's mechanics on a CPU: DEVICE=cpu DTYPE=float32 SCALE=8 bash benchmarks/gpu_check.sh
+# A dry run of the script's mechanics on a CPU: DEVICE=cpu DTYPE=float32 SCALE=16 bash benchmarks/gpu_check.sh
 # (SCALE divides the benchmark batch sizes).
 set -euo pipefail
 OUT=${1:-/tmp/dsmath-gpu-check}

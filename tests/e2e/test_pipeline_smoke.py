@@ -106,12 +106,9 @@ def test_dvc_repro_builds_every_stage_in_order(repo, monkeypatch):
         assert (repo / path).exists(), path
 
 
-def test_second_repro_runs_nothing_quickly(repo):
-    t0 = time.perf_counter()
+def test_second_repro_runs_nothing(repo):
     proc = _run(repo, str(BIN / "dvc"), "repro")
-    elapsed = time.perf_counter() - t0
-    assert "Running stage" not in proc.stdout
-    assert elapsed <= 3.0 + 2.0, f"no-op repro took {elapsed:.1f} s"  # 3 s of DVC + interpreter start-up
+    assert "Running stage" not in proc.stdout  # no wall-clock bound here: speed is the benchmarks' (machines vary 2x)
 
 
 def test_mlflow_parent_run_with_one_child_per_stage(repo):
