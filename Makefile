@@ -8,7 +8,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_HOME := $(CURDIR)/.prefect
 export MLFLOW_ENABLE_ASYNC_LOGGING := false
 
-.PHONY: setup repro readme test test-all lint clean
+.PHONY: setup repro study readme test test-all lint clean
 
 setup: $(STAMP)
 
@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml requirements.lock
 
 repro: setup
 	$(BIN)/python -m dsmath.pipeline
+
+study: setup   # the DeepSeekMath study (configs/study.yaml): every variant x seed as a DVC experiment, resumable
+	$(BIN)/python -m dsmath.study run
 
 readme: setup   # README's results block from the committed metrics/ of a default run
 	$(BIN)/python -m dsmath.readme

@@ -222,6 +222,19 @@ def best_on_validation(rows: list[dict]) -> dict | None:
     return max(scored, key=lambda r: r["val"]) if scored else None
 
 
+def empty_figure(text: str):
+    """A figure that only says why there is nothing to plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 1.5))
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center")
+    return fig
+
+
 def build_report(params, out_dir: str | Path) -> dict:
     """Write report.md and its figures into `out_dir`; returns the figures' paths and the headline numbers."""
     paths, ev = params.common.paths, params.evaluate
@@ -241,15 +254,15 @@ def build_report(params, out_dir: str | Path) -> dict:
     corrects = {run: greedy_correct(paths.eval, f"rl/{run}", dataset, mode) for run in runs}
     paired = paired_over_seeds(a, corrects)
     per_seed = seed_rows(metrics.get("sft", {}), runs, a, corrects, primary)
-    figures = {}
+    # both figures are always written (they are the stage's declared outputs): a note where there is nothing to draw
     curves = {m: read_csv(Path(paths.eval) / m / "curves.csv") for m in ("sft", "rl")}
-    if any(curves.values()):
-        figures["k_curves"] = out / "pass_maj_at_k.png"
-        plot_k_curves(curves, dataset, mode).savefig(figures["k_curves"], dpi=110)
     rl_rows = {seed_dir(s): read_csv(Path(paths.plots) / "rl" / f"{seed_dir(s)}.csv") for s in params.common.rl_seeds}
-    if any(rl_rows.values()):
-        figures["rl_curves"] = out / "rl_curves.png"
-        plot_rl_curves(rl_rows).savefig(figures["rl_curves"], dpi=110)
+    figures = {"k_curves": out / "pass_maj_at_k.png", "rl_curves": out / "rl_curves.png"}
+    k_fig = (plot_k_curves(curves, dataset, mode) if any(curves.values())
+             else empty_figure("no sampled evaluation (evaluate.n_samples: 0)"))
+    k_fig.savefig(figures["k_curves"], dpi=110)
+    rl_fig = plot_rl_curves(rl_rows) if any(rl_rows.values()) else empty_figure("no RL curves")
+    rl_fig.savefig(figures["rl_curves"], dpi=110)
     text = render(metrics, cols, delta_rows, paired, per_seed, figures, params, f"{dataset} {mode}")
     (out / "report.md").write_text(text)
     return {"figures": {k: str(v) for k, v in figures.items()}, "columns": cols, "metrics": metrics,

@@ -322,3 +322,43 @@ def tag_children_from_lock(parent_id: str, lock_path: str | os.PathLike = "dvc.l
             StageRun(run.info.run_id).set_tags(tags)
             tagged += 1
     return tagged
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# runs opened and closed explicitly (a study's parent and its variant x seed children span many processes)
+
+
+def find_run(params, tags: Mapping[str, str]) -> str | None:
+    """The id of the newest run of the experiment carrying all `tags`, or None."""
+    mlflow = _mlflow()
+    exp_id = setup(params.common.tracking)
+    query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+    runs = mlflow.search_runs(experiment_ids=[exp_id], filter_string=query, output_format="list",
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def open_run(params, name: str, tags: Mapping[str, str], parent_id: str | None = None,
+             reuse: bool = False) -> StageRun:
+    """Create a run (a child of `parent_id` if given) and leave it open; with `reuse`, the newest run with the same
+    tags is reopened instead (a resumed study keeps its parent run)."""
+    from mlflow.tracking import MlflowClient
+
+    exp_id = setup(params.common.tracking)
+    client = MlflowClient()
+    all_tags = {**git_tags(), **env_tags(), **tags}
+    if parent_id:
+        all_tags["mlflow.parentRunId"] = parent_id
+    if reuse and (run_id := find_run(params, tags)):
+        client.update_run(run_id, status="RUNNING")
+        run = StageRun(run_id)
+        run.set_tags(all_tags)
+        return run
+    created = client.create_run(exp_id, run_name=name, tags=all_tags)
+    return StageRun(created.info.run_id)
+
+
+def close_run(run: StageRun, ok: bool = True) -> None:
+    """Flush a run opened by :func:`open_run` and mark it FINISHED (or FAILED)."""
+    run.flush()
+    run.client.set_terminated(run.run_id, status="FINISHED" if ok else "FAILED")

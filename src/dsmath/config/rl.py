@@ -51,6 +51,7 @@ class Ppo(Section):
 
 
 class Rl(Section):
+    init: Literal["sft", "pretrain"] = "sft"  # the model RL starts from (pretrain: no SFT, DeepSeek-R1-Zero)
     algorithm: Literal["grpo", "ppo", "online_rft", "rft"] = "grpo"
     mode: Literal["cot", "pot", "tool"] = "cot"
     reward: Literal["accuracy", "format", "combined"] = "combined"

@@ -129,6 +129,7 @@ class Probe(Section):
 class Sft(Section):
     """Supervised fine-tuning on CoT / PoT / tool-integrated solutions, loss on the response only."""
 
+    init: Literal["pretrain", "base"] = "pretrain"  # the model SFT starts from (base: no math pretraining, sec. 5.1)
     train: Loop = Loop()
     mix: Mix = Mix()
     max_examples: NonNegInt = 0  # training problems used; 0 = all

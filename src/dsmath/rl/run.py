@@ -100,7 +100,7 @@ def train_rl(params, run, seed: int, world: distributed.World | None = None) -> 
     cfg, paths = params.rl, params.common.paths
     world = world or distributed.setup(params.common.device)
     out = run_paths(paths, seed)
-    sft_dir = Path(paths.models) / "sft"
+    sft_dir = Path(paths.models) / cfg.init  # the SFT model (the pretrained one for R1-Zero)
     policy, tok = load_dir(sft_dir)
     train, val = rl_problems(params)
     scorer = Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox)
@@ -163,4 +163,24 @@ def summarise(history: list[dict], trainer: RLTrainer, wall_s: float) -> dict:
         "wall_s": wall_s,
         "s_per_step": wall_s / max(len(steps), 1),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "trainer_state_mb": trainer_state_bytes(trainer) / 2**20,
     }
+
+
+def trainer_state_bytes(trainer: RLTrainer) -> int:
+    """Bytes of what the trainer holds between steps: the policy, the frozen reference, the optimiser state and, for
+    PPO, the critic and its optimiser state (DeepSeekMath sec. 4.1: the critic GRPO drops)."""
+
+    def tensors(obj) -> int:
+        if isinstance(obj, torch.Tensor):
+            return obj.numel() * obj.element_size()
+        if isinstance(obj, dict):
+            return sum(tensors(v) for v in obj.values())
+        if isinstance(obj, list | tuple):
+            return sum(tensors(v) for v in obj)
+        return 0
+
+    held = [trainer.policy.state_dict(), trainer.ref.state_dict(), trainer.opt.state_dict()]
+    if trainer.critic is not None:
+        held += [trainer.critic.state_dict(), trainer.critic_opt.state_dict()]
+    return sum(tensors(h) for h in held)

@@ -30,10 +30,11 @@ def heldout_loss(model, examples, pad_id: int, batch_size: int) -> dict[str, flo
 
 
 def sft(params, accelerator, log: LogFn) -> recipes.Outcome:
-    """Fine-tune models/pretrain on the synthetic train split; held-out loss and accuracy probe at the end."""
+    """Fine-tune models/<sft.init> (the math-pretrained model by default) on the synthetic train split; held-out loss
+    and accuracy probe at the end."""
     section, seed = params.sft, params.common.seed
     synthetic = Path(params.common.paths.synthetic)
-    start_dir = recipes.stage_dirs(params, "pretrain")[0]
+    start_dir = recipes.stage_dirs(params, section.init)[0]
     model, tokenizer = models.load_dir(start_dir)
     records = read_jsonl(synthetic / "train.jsonl")
     records = records[: section.max_examples] if section.max_examples else records

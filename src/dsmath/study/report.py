@@ -1,0 +1,387 @@
+"""The study's report: `reports/study.md`, its figures (PNG) and their data (CSV, DVC plots), from the result records
+of the runs alone, and the same figures and tables as artefacts of the study's MLflow parent run.
+
+- held-out greedy accuracy (validation, the RL stage's probe) against RL step per method (DeepSeekMath Fig. 5), and
+  iterative vs plain GRPO (Fig. 6);
+- maj@k and pass@k against k on the synthetic test split per method, SFT included (Fig. 7);
+- a table per variant: greedy, maj@k, pass@k (mean and sd over seeds), the gain over its SFT model with the paired
+  standard error over problems, s/step, peak RSS and the trainer's state;
+- the findings: each of the paper's claims as a difference between two variants, with its uncertainty and a verdict
+  by the rule in :func:`verdict`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+from dsmath.report import sd, standard_error_of_delta
+from dsmath.study.spec import Finding, Study
+
+COST_METRICS = {"s_per_step": "s/step", "peak_rss_mb": "peak RSS (MB)", "trainer_state_mb": "trainer state (MB)"}
+
+
+def load_results(study: Study) -> dict[str, dict[int, dict]]:
+    """{variant: {seed: result record}} of the runs whose records match the study's current settings."""
+    out: dict[str, dict[int, dict]] = {}
+    for variant, seed in study.runs():
+        path = study.result_path(variant, seed)
+        if path.exists():
+            r = json.loads(path.read_text())
+            if r.get("key") == study.run_key(variant, seed):
+                out.setdefault(variant, {})[seed] = r
+    return out
+
+
+def k_max(result: dict, mode: str) -> int | None:
+    ks = [int(k.rsplit("@", 1)[1]) for k in result["eval"] if k.startswith(f"synthetic/{mode}/maj@")]
+    return max(ks) if ks else None
+
+
+def metric_of(result: dict, metric: str, mode: str, model: str = "rl") -> float | None:
+    """A run's value of `metric` (greedy | maj@8 | pass@8 | a cost) on the synthetic test split in `mode`."""
+    if metric in COST_METRICS:
+        return result["rl"].get(metric)
+    if metric.endswith("@k"):
+        k = k_max(result, mode)
+        if k is None:
+            return None
+        metric = f"{metric[:-2]}@{k}"
+    source = result["eval"] if model == "rl" else result["sft_eval"]
+    return source.get(f"synthetic/{mode}/{metric}")
+
+
+def per_problem(result: dict, metric: str, mode: str, model: str = "rl") -> dict[str, int] | None:
+    """{problem id: 0/1} of greedy / maj@n / pass@n (n = the samples drawn: `maj@k` and `pass@k` at the largest k)."""
+    table = result["problems"][model].get(mode)
+    column = metric.split("@")[0]
+    if not table or column not in table:
+        return None
+    return dict(zip(table["id"], table[column], strict=True))
+
+
+def mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def paired_difference(a_runs: dict[int, dict], b_runs: dict[int, dict], metric: str, mode: str,
+                      b_model: str = "rl") -> dict:
+    """a - b on `metric`: per-seed differences (seeds both have), their mean and sd across seeds, and the paired
+    standard error over problems of the seed-mean difference (d_i = mean_s a_si - mean_s b_si; None for costs)."""
+    seeds = sorted(set(a_runs) & set(b_runs)) if b_model == "rl" else sorted(a_runs)
+    b_of = (lambda s: b_runs[s]) if b_model == "rl" else (lambda s: a_runs[s])  # noqa: E731  (sft: a's own)
+    diffs = []
+    for s in seeds:
+        va, vb = metric_of(a_runs[s], metric, mode), metric_of(b_of(s), metric, mode, b_model)
+        if va is not None and vb is not None:
+            diffs.append(va - vb)
+    out = {"n_seeds": len(diffs), "diff": mean(diffs), "sd_seeds": sd(diffs) if diffs else float("nan"),
+           "paired_se": None, "n_problems": 0}
+    if metric in COST_METRICS or not diffs:
+        return out
+    tables_a = [per_problem(a_runs[s], metric, mode) for s in seeds]
+    tables_b = [per_problem(b_of(s), metric, mode, b_model) for s in seeds]
+    if any(t is None for t in tables_a + tables_b):
+        return out
+    ids = sorted(set.intersection(*(set(t) for t in tables_a + tables_b)))
+    if len(ids) < 2:
+        return out
+    mean_a = [sum(t[i] for t in tables_a) / len(tables_a) for i in ids]
+    mean_b = [sum(t[i] for t in tables_b) / len(tables_b) for i in ids]
+    out |= {"paired_se": standard_error_of_delta(mean_b, mean_a), "n_problems": len(ids)}
+    return out
+
+
+def total_se(d: dict) -> float | None:
+    """Standard error of the mean difference from both sources: the test problems (paired SE) and the seeds
+    (sd / sqrt(n)), added in quadrature; None when neither is known."""
+    parts = []
+    if d.get("paired_se") is not None:
+        parts.append(d["paired_se"])
+    if d["n_seeds"] >= 2 and not math.isnan(d["sd_seeds"]):
+        parts.append(d["sd_seeds"] / math.sqrt(d["n_seeds"]))
+    return math.sqrt(sum(p * p for p in parts)) if parts else None
+
+
+def verdict(diff: float | None, se: float | None, lower_is_better: bool = False, expect: str = "better") -> str:
+    """The rule every finding is judged by. `better`: the claimed direction beats the other by more than 2 standard
+    errors -> holds; the opposite direction by more than 2 -> does not hold; otherwise (or no SE) -> inconclusive.
+    `same` (no difference claimed): |difference| <= 2 SE -> holds (none detected), else does not hold."""
+    if diff is None or se is None:
+        return "inconclusive"
+    if expect == "same":
+        return "holds" if abs(diff) <= 2 * se else "does not hold"
+    signed = -diff if lower_is_better else diff
+    if se == 0:
+        return "holds" if signed > 0 else "does not hold" if signed < 0 else "inconclusive"
+    if signed > 2 * se:
+        return "holds"
+    if signed < -2 * se:
+        return "does not hold"
+    return "inconclusive"
+
+
+def finding_row(f: Finding, results: dict[str, dict[int, dict]], study: Study) -> dict:
+    if f.a not in results or (f.b not in results and f.b != "sft"):
+        return {"finding": f, "diff": None, "se": None, "verdict": "not run"}
+    mode = next(iter(results[f.a].values()))["mode"]
+    if f.b == "sft":
+        d = paired_difference(results[f.a], {}, f.metric, mode, b_model="sft")
+    else:
+        d = paired_difference(results[f.a], results[f.b], f.metric, mode)
+    se = total_se(d)
+    return {"finding": f, "mode": mode, **d, "se": se,
+            "verdict": verdict(d["diff"], se, f.lower_is_better, f.expect)}
+
+
+def variant_rows(results: dict[str, dict[int, dict]], study: Study) -> list[dict]:
+    """One row per variant: its mode, test metrics (mean, sd over seeds), the gain over its SFT model, costs."""
+    rows = []
+    for name in study.variants:
+        runs = results.get(name)
+        if not runs:
+            continue
+        first = next(iter(runs.values()))
+        mode, k = first["mode"], k_max(first, first["mode"])
+        row = {"variant": name, "label": study.variants[name].label, "mode": mode, "seeds": sorted(runs), "k": k,
+               "overrides": study.variants[name].overrides}
+        for metric in ("greedy", *( (f"maj@{k}", f"pass@{k}") if k else ())):
+            vals = [metric_of(r, metric, mode) for r in runs.values()]
+            vals = [v for v in vals if v is not None]
+            row[metric] = (mean(vals), sd(vals) if vals else float("nan"))
+            sft_vals = [metric_of(r, metric, mode, "sft") for r in runs.values()]
+            row[f"sft_{metric}"] = mean([v for v in sft_vals if v is not None])
+        gain = paired_difference(runs, {}, "greedy", mode, b_model="sft")
+        row["gain"], row["gain_sd"], row["gain_se"] = gain["diff"], gain["sd_seeds"], gain["paired_se"]
+        for c in COST_METRICS:
+            row[c] = mean([r["rl"].get(c) for r in runs.values()])
+        row["wall_s"] = sum(r.get("wall_s", 0.0) for r in runs.values())
+        rows.append(row)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# figures and their data
+
+
+def curve_rows(results: dict[str, dict[int, dict]]) -> list[dict]:
+    """Long table of every run's RL curve (the DVC plot and the figures' data)."""
+    rows = []
+    for variant, runs in results.items():
+        for seed, r in runs.items():
+            for c in r["curve"]:
+                rows.append({"variant": variant, "seed": seed, "step": int(c.get("step", 0)),
+                             "val_greedy_acc": c.get("val_greedy_acc"), "reward_mean": c.get("reward_mean"),
+                             "kl": c.get("kl")})
+    return rows
+
+
+def k_rows(results: dict[str, dict[int, dict]]) -> list[dict]:
+    """maj@k / pass@k against k per variant (mean over seeds) and of the SFT model each started from."""
+    rows = []
+    for variant, runs in results.items():
+        first = next(iter(runs.values()))
+        mode, km = first["mode"], k_max(first, first["mode"])
+        if not km:
+            continue
+        prefix = f"synthetic/{mode}/maj@"
+        ks = sorted({int(key.rsplit("@", 1)[1]) for key in first["eval"] if key.startswith(prefix)})
+        for model in ("rl", "sft"):
+            for k in ks:
+                vals = {m: mean([metric_of(r, f"{m}@{k}", mode, model) for r in runs.values()]) for m in ("maj", "pass")}
+                rows.append({"variant": variant, "model": model, "mode": mode, "k": k,
+                             "maj_at_k": vals["maj"], "pass_at_k": vals["pass"]})
+    return rows
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_val_curves(rows: list[dict], variants: list[str], labels: dict[str, str], title: str):
+    """Held-out greedy accuracy against RL step, mean over seeds (the band: min to max)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for v in variants:
+        pts = [r for r in rows if r["variant"] == v and r["val_greedy_acc"] is not None]
+        steps = sorted({r["step"] for r in pts})
+        if not steps:
+            continue
+        by = {s: [100 * r["val_greedy_acc"] for r in pts if r["step"] == s] for s in steps}
+        ax.plot(steps, [sum(by[s]) / len(by[s]) for s in steps], marker="o", label=labels.get(v, v))
+        ax.fill_between(steps, [min(by[s]) for s in steps], [max(by[s]) for s in steps], alpha=0.15)
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("held-out greedy accuracy (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_k(rows: list[dict], variants: list[str], labels: dict[str, str]):
+    """maj@k and pass@k against k per variant, the SFT models dashed (Fig. 7)."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    sft_drawn = set()
+    for v in variants:
+        for model in ("rl", "sft"):
+            pts = sorted((r for r in rows if r["variant"] == v and r["model"] == model), key=lambda r: r["k"])
+            if not pts:
+                continue
+            key = (model, pts[0]["mode"], tuple(round(r["pass_at_k"] or 0, 6) for r in pts))
+            if model == "sft" and key in sft_drawn:
+                continue  # variants sharing one SFT model draw it once
+            sft_drawn.add(key)
+            label = labels.get(v, v) if model == "rl" else f"SFT ({pts[0]['mode']}, before {labels.get(v, v)})"
+            style = "-" if model == "rl" else "--"
+            for ax, col in zip(axes, ("pass_at_k", "maj_at_k"), strict=True):
+                ax.plot([r["k"] for r in pts], [100 * (r[col] or 0) for r in pts], style, marker="o", label=label)
+    for ax, title in zip(axes, ("pass@k", "maj@k"), strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("k")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_title(f"{title}, synthetic test")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["variant"])
+        w.writeheader()
+        w.writerows(rows)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the markdown
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None or x != x else f"{100 * x:.1f}"
+
+
+def pct_sd(pair: tuple[float | None, float] | None) -> str:
+    if not pair or pair[0] is None:
+        return "-"
+    m, s = pair
+    return pct(m) if s != s else f"{pct(m)} ± {100 * s:.1f}"
+
+
+def num(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None or x != x else f"{x:.{digits}f}"
+
+
+def _scaled(x: float | None, scale: float, signed: bool = False) -> str:
+    return "-" if x is None or x != x else f"{scale * x:+.2f}" if signed else f"{scale * x:.2f}"
+
+
+def _override_text(overrides: dict) -> str:
+    return ", ".join(f"`{k}={json.dumps(v)}`" for k, v in overrides.items()) or "(none: the reference)"
+
+
+def render(study: Study, rows: list[dict], findings: list[dict], figures: dict[str, str], results: dict,
+           report_dir: Path) -> str:
+    runs = [r for v in results.values() for r in v.values()]
+    wall = sum(r.get("wall_s", 0.0) for r in runs)
+    gflops = sorted({r.get("matmul_gflops") for r in runs if r.get("matmul_gflops")})
+    lines = [f"# Study `{study.name}`: DeepSeekMath's comparisons at laptop scale", "",
+             f"Generated by `python -m dsmath.study report` from the run records in `{study.results}/runs/` "
+             f"(study file `{study.path}`). {len(runs)} runs ({len(results)} variants x seeds "
+             f"{', '.join(map(str, study.seeds))}); their `dvc exp run` wall time adds up to {wall / 60:.1f} min on a "
+             f"machine whose fp32 2048² matmul runs at {', '.join(f'{g:.0f}' for g in gflops) or '?'} GFLOP/s "
+             f"(the chain's shared stages, restored from DVC's run cache, not included when they were built before).",
+             "", "## What was held fixed", "",
+             "Every variant is params.yaml plus the study's shared overrides plus its own; it differs from the "
+             "reference only in the keys listed for it. Shared overrides (the study's scale):", "",
+             _override_text(study.shared), "",
+             "The test split (1,000 synthetic problems unless the shared overrides say otherwise) is only read by the "
+             "evaluate stages; nothing in the study is tuned on it. Uncertainty: sd across seeds, and the paired "
+             "standard error over the test problems of the seed-mean difference.", "",
+             "## Variants", "",
+             "| variant | mode | changes | greedy | maj@k | pass@k | gain over SFT (paired SE) | s/step | peak RSS MB "
+             "| trainer state MB |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        k = r["k"]
+        gain = "-" if r["gain"] is None else f"{100 * r['gain']:+.1f} ({pct(r['gain_se'])})"
+        lines.append(f"| {r['variant']} ({r['label']}) | {r['mode']} | {_override_text(r['overrides'])} | "
+                     f"{pct_sd(r['greedy'])} | {pct_sd(r.get(f'maj@{k}'))} | {pct_sd(r.get(f'pass@{k}'))} | {gain} | "
+                     f"{num(r['s_per_step'], 2)} | {num(r['peak_rss_mb'], 0)} | {num(r['trainer_state_mb'], 1)} |")
+    lines += ["", "Accuracies in percent on the synthetic test split in the variant's rollout mode (mean ± sd over "
+              "seeds); k = the samples drawn per problem (maj@k votes over them, pass@k: any is right). Each variant's "
+              "SFT model (the one it started from) is evaluated alike: "
+              + "; ".join(f"{r['variant']} {pct(r['sft_greedy'])}" for r in rows) + ".", "",
+              "## Findings", "",
+              "Rule: the claimed direction exceeds the other by more than 2 standard errors -> **holds**; the opposite "
+              "by more than 2 -> **does not hold**; else **inconclusive**. SE = paired SE over problems and "
+              "sd/sqrt(seeds) added in quadrature (costs: seeds only).", "",
+              "| paper's claim | source | comparison | difference | sd seeds | paired SE | SE | verdict |",
+              "|---|---|---|---:|---:|---:|---:|---|"]
+    for row in findings:
+        f = row["finding"]
+        if row["verdict"] == "not run":
+            lines.append(f"| {f.claim} | {f.source} | {f.a} vs {f.b} | - | - | - | - | not run |")
+            continue
+        scale = 1.0 if f.metric in COST_METRICS else 100.0
+        unit = "" if f.metric in COST_METRICS else " pts"
+        lines.append(f"| {f.claim} | {f.source} | {f.a} - {f.b}, {f.metric} ({row.get('mode')}) | "
+                     f"{_scaled(row['diff'], scale, True)}{unit} | {_scaled(row['sd_seeds'], scale)} | "
+                     f"{_scaled(row['paired_se'], scale)} | {_scaled(row['se'], scale)} | **{row['verdict']}** |")
+    lines += ["", "## Figures", ""]
+    for name, path in figures.items():
+        lines += [f"![{name}]({Path(path).relative_to(report_dir).as_posix()})", ""]
+    return "\n".join(lines) + "\n"
+
+
+def build_study_report(study: Study, parent=None) -> dict:
+    """Write the report, its figures and their data; log them to the study's parent run when given."""
+    results = load_results(study)
+    report = Path(study.report)
+    fig_dir = report.with_suffix("")  # reports/study/
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    labels = {v: study.variants[v].label for v in study.variants}
+    rows = variant_rows(results, study)
+    findings = [finding_row(f, results, study) for f in study.findings]
+    curves, ks = curve_rows(results), k_rows(results)
+    write_csv(fig_dir / "curves.csv", curves)
+    write_csv(fig_dir / "k_curves.csv", ks)
+    figures = {}
+    groups = study.figures or {"methods": list(study.variants)}
+    for name, variants in groups.items():
+        present = [v for v in variants if v in results]
+        if not present:
+            continue
+        path = fig_dir / f"{name}.png"
+        fig = plot_val_curves(curves, present, labels, f"held-out greedy accuracy during RL: {name}")
+        fig.savefig(path, dpi=110)
+        figures[f"{name}: held-out accuracy vs RL step"] = str(path)
+    if ks:
+        path = fig_dir / "maj_pass_at_k.png"
+        plot_k(ks, [v for v in study.variants if v in results], labels).savefig(path, dpi=110)
+        figures["maj@k and pass@k vs k"] = str(path)
+    report.write_text(render(study, rows, findings, figures, results, report.parent))
+    table = [{"variant": r["variant"], "mode": r["mode"], "seeds": len(r["seeds"]),
+              "greedy_mean": r["greedy"][0], "greedy_sd": r["greedy"][1], "gain": r["gain"],
+              "gain_paired_se": r["gain_se"], "s_per_step": r["s_per_step"], "peak_rss_mb": r["peak_rss_mb"]}
+             for r in rows]
+    verdicts = [{"claim": x["finding"].claim, "a": x["finding"].a, "b": x["finding"].b,
+                 "metric": x["finding"].metric, "diff": x.get("diff"), "se": x.get("se"), "verdict": x["verdict"]}
+                for x in findings]
+    (fig_dir / "summary.json").write_text(json.dumps({"variants": table, "findings": verdicts}, indent=1) + "\n")
+    if parent is not None:
+        parent.log_artifact(report, "study")
+        for path in [*figures.values(), fig_dir / "curves.csv", fig_dir / "k_curves.csv", fig_dir / "summary.json"]:
+            parent.log_artifact(path, "study")
+        parent.log_table(table, "study/variants.json")
+        parent.log_metrics({f"{r['variant']}/greedy_mean": r["greedy"][0] for r in rows
+                            if r["greedy"][0] is not None})
+    return {"report": str(report), "figures": figures, "rows": rows, "findings": verdicts}

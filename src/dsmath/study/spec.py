@@ -1,0 +1,162 @@
+"""A study file: named variants (param overrides in dotted keys), the seeds each runs with, the figures and the
+findings the report draws from them (`configs/study.yaml` is the default DeepSeekMath study).
+
+Every variant is an overlay: `params.yaml` + the study's `shared` overrides (its scale) + the variant's own, merged by
+the one loader (:func:`dsmath.config.merge`), so every default still lives in params.yaml. A study is validated as a
+whole before anything runs: each variant x seed must give valid params.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dsmath.config import Params, ParamsError, load_raw, merge, parse_params
+
+FINDING_METRICS = ("greedy", "maj@k", "pass@k", "s_per_step", "peak_rss_mb", "trainer_state_mb")  # k: the largest
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    label: str
+    overrides: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A claim of the paper as a comparison of variant `a` with variant `b` (or with "sft", the SFT model `a` started
+    from) on `metric`: `a` is better (`expect: better`; lower is better for costs) or no different (`expect: same`)."""
+
+    claim: str
+    source: str
+    a: str
+    b: str
+    metric: str = "greedy"
+    lower_is_better: bool = False
+    expect: str = "better"
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    path: str
+    seeds: list[int]
+    targets: list[str]
+    shared: dict[str, Any]
+    variants: dict[str, Variant]
+    figures: dict[str, list[str]] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    results: str = "study"
+    report: str = "reports/study.md"
+
+    def runs(self, variants: list[str] | None = None, seeds: list[int] | None = None) -> list[tuple[str, int]]:
+        """(variant, seed) pairs to run, variant-major in the file's order (a subset when asked)."""
+        unknown = sorted(set(variants or []) - set(self.variants))
+        if unknown:
+            raise ParamsError(f"study {self.name}: no variant {', '.join(unknown)} (has {', '.join(self.variants)})")
+        return [(v, s) for v in self.variants if not variants or v in variants
+                for s in self.seeds if not seeds or s in seeds]
+
+    def overrides(self, variant: str, seed: int) -> dict[str, Any]:
+        """The dotted-key overrides of one run: shared, then the variant's, then its RL seed."""
+        return {**self.shared, **self.variants[variant].overrides, "common.rl_seeds": [seed]}
+
+    def run_key(self, variant: str, seed: int) -> str:
+        """Identity of a run's settings: a finished run whose key still matches is not run again."""
+        text = json.dumps({"overrides": self.overrides(variant, seed), "targets": self.targets}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def exp_name(self, variant: str, seed: int) -> str:
+        """The DVC experiment's name (a valid git ref component)."""
+        return re.sub(r"[^A-Za-z0-9_-]", "-", f"{self.name}-{variant}-{seed}")
+
+    def result_path(self, variant: str, seed: int) -> Path:
+        return Path(self.results) / "runs" / variant / f"seed-{seed}.json"
+
+
+def dotted_to_nested(overrides: dict[str, Any]) -> dict:
+    """{'rl.beta': 0} -> {'rl': {'beta': 0}} (for :func:`dsmath.config.merge`)."""
+    out: dict = {}
+    for key, value in overrides.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ParamsError(f"{key}: {p} is overridden both as a value and as a section")
+        node[leaf] = value
+    return out
+
+
+def apply(raw: dict, overrides: dict[str, Any]) -> dict:
+    """A params mapping with dotted-key overrides merged in; a key naming no existing param is refused (a typo must
+    not silently run the default)."""
+    for key in overrides:
+        node = raw
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise ParamsError(f"{key}: no such param in the profile")
+            node = node[part]
+    return merge(raw, dotted_to_nested(overrides))
+
+
+def variant_params(study: Study, variant: str, seed: int, params_file: str | Path = "params.yaml") -> Params:
+    """The validated params one run of the study gets."""
+    try:
+        return parse_params(apply(load_raw(params_file), study.overrides(variant, seed)))
+    except ParamsError as err:
+        raise ParamsError(f"study {study.name}, variant {variant}: {err}") from None
+
+
+def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Study:
+    """Read and validate a study file (every variant x seed against `params_file`)."""
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text()) or {}
+    except FileNotFoundError:
+        raise ParamsError(f"{p}: study file not found") from None
+    known = {"name", "seeds", "targets", "shared", "variants", "figures", "findings", "results", "report"}
+    if extra := sorted(set(raw) - known):
+        raise ParamsError(f"{p}: unknown keys {', '.join(extra)} (allowed: {', '.join(sorted(known))})")
+    variants = {}
+    for name, v in (raw.get("variants") or {}).items():
+        v = v or {}
+        variants[name] = Variant(name, v.get("label", name), dict(v.get("overrides") or {}))
+    if not variants:
+        raise ParamsError(f"{p}: a study needs at least one variant")
+    seeds = [int(s) for s in raw.get("seeds") or []]
+    if not seeds:
+        raise ParamsError(f"{p}: a study needs at least one seed")
+    try:
+        findings = [Finding(**f) for f in raw.get("findings") or []]
+    except TypeError as err:
+        raise ParamsError(f"{p}: a finding has keys claim, source, a, b, metric, lower_is_better, expect ({err})") \
+            from None
+    figures = {k: list(v) for k, v in (raw.get("figures") or {}).items()}
+    study = Study(name=str(raw.get("name") or p.stem), path=str(p), seeds=seeds,
+                  targets=list(raw.get("targets") or ["evaluate@sft", "evaluate@rl"]),
+                  shared=dict(raw.get("shared") or {}), variants=variants, figures=figures, findings=findings,
+                  results=str(raw.get("results") or f"study/{raw.get('name') or p.stem}"),
+                  report=str(raw.get("report") or "reports/study.md"))
+    for f in findings:
+        for v in (f.a, f.b):
+            if v not in variants and not (v == "sft" and v is f.b):
+                raise ParamsError(f"{p}: finding {f.claim!r} names no variant {v!r}")
+        if f.expect not in ("better", "same"):
+            raise ParamsError(f"{p}: finding {f.claim!r}: expect must be better or same (got {f.expect!r})")
+        if f.metric not in FINDING_METRICS:
+            raise ParamsError(f"{p}: finding {f.claim!r}: metric must be one of {', '.join(FINDING_METRICS)}")
+    for fig, names in figures.items():
+        if missing := [v for v in names if v not in variants]:
+            raise ParamsError(f"{p}: figure {fig} names no variant {', '.join(missing)}")
+    for name in variants:
+        for seed in seeds:
+            variant_params(study, name, seed, params_file)
+    return study
