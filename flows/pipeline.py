@@ -5,18 +5,25 @@ Orchestration only: the stage order comes from `dvc.yaml` (through `dsmath.pipel
 
     .venv/bin/python -m flows.pipeline            # once, ephemeral Prefect (no server needed)
     .venv/bin/python -m flows.pipeline --serve    # a deployment with a cron schedule, visible in `prefect server start`
+    .venv/bin/python -m flows.pipeline --set rl.algorithm=ppo   # a variant: the pipeline as a DVC experiment
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
+from typing import Any
 
+import yaml
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from dsmath import pipeline, tracking
+from dsmath.config import load_raw, parse_params
+from dsmath.study import runner
+from dsmath.study.spec import apply
 
 TRANSIENT_MARKERS = ("is busy", "Unable to acquire lock", "database is locked")
 
@@ -73,10 +80,29 @@ def _read_metrics(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+@task(task_run_name="dvc exp run {name}")
+def run_experiment(name: str, overrides: dict[str, Any], targets: list[str], parent_id: str) -> dict[str, dict]:
+    """The pipeline with param overrides, as one DVC experiment in the workspace (`dvc exp run -n <name> -S ...`):
+    DVC re-runs only the stages the overrides change and leaves the experiment's results in the workspace (`dvc exp
+    show` lists it beside the others). Returns {metrics file: its metrics} of every stage."""
+    log = get_run_logger()
+    runner.run_experiment(name, overrides, targets, Path(".dvc/tmp/exps-logs") / f"{name}.log", log.info, parent_id)
+    files = [f for fs in pipeline.stage_metrics_files().values() for f in fs]
+    return {path: m for path in files if (m := _read_metrics(Path(path)))}
+
+
 @flow(name="dsmath-pipeline", log_prints=True)
-def dsmath_pipeline(stages: list[str] | None = None) -> dict[str, dict]:
+def dsmath_pipeline(stages: list[str] | None = None, overrides: dict[str, Any] | None = None,
+                    experiment: str | None = None) -> dict[str, dict]:
     """Every stage of dvc.yaml (or only `stages`), in the DVC graph's dependency order; returns {stage: {metrics
-    file: its metrics}}."""
+    file: its metrics}}. With `overrides` ({"rl.algorithm": "ppo", ...}, dotted keys) the pipeline runs as the DVC
+    experiment `experiment` instead (a variant launched from the UI): one task, `dvc exp run -S ...`."""
+    if overrides:
+        params = parse_params(apply(load_raw("params.yaml"), overrides))  # a bad override fails before anything runs
+        name = experiment or "ui-" + "-".join(f"{k.split('.')[-1]}-{v}" for k, v in overrides.items())[:60]
+        name = re.sub(r"[^A-Za-z0-9_-]", "-", name)
+        with pipeline.pipeline_run(params, run_name=f"prefect flow: dvc exp {name}") as parent_id:
+            return {"experiment": run_experiment(name, overrides, stages or [], parent_id)}
     params = pipeline.validate()  # bad params fail here, naming the stages that read them, before anything runs
     graph = pipeline.stage_graph()
     order = [s for s in pipeline.stage_order(graph) if not stages or s in stages]
@@ -98,11 +124,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--serve", action="store_true", help="serve a deployment with a cron schedule")
     parser.add_argument("--cron", default="0 3 * * *", help="schedule of the served deployment (default: 03:00)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=YAML",
+                        help="param overrides (dotted keys, YAML values): run the pipeline as a DVC experiment")
+    parser.add_argument("--name", default=None, help="the experiment's name (with --set)")
     args = parser.parse_args()
-    if args.serve:
+    overrides = {k: yaml.safe_load(v) for k, _, v in (a.partition("=") for a in args.set)}
+    if args.serve:  # the deployment's `overrides` / `experiment` parameters can be set per run in the UI
         dsmath_pipeline.serve(name="dsmath-nightly", cron=args.cron, tags=["dsmath"])
     else:
-        dsmath_pipeline()
+        dsmath_pipeline(overrides=overrides or None, experiment=args.name)
 
 
 if __name__ == "__main__":

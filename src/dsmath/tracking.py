@@ -358,6 +358,19 @@ def open_run(params, name: str, tags: Mapping[str, str], parent_id: str | None =
     return StageRun(created.info.run_id)
 
 
+def end_unfinished(params, tags: Mapping[str, str]) -> int:
+    """Mark the runs with `tags` still RUNNING (their process was killed) as KILLED; returns how many."""
+    from mlflow.tracking import MlflowClient
+
+    mlflow = _mlflow()
+    exp_id = setup(params.common.tracking)
+    query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items()) + " and attributes.status = 'RUNNING'"
+    runs = mlflow.search_runs(experiment_ids=[exp_id], filter_string=query, output_format="list")
+    for r in runs:
+        MlflowClient().set_terminated(r.info.run_id, status="KILLED")
+    return len(runs)
+
+
 def close_run(run: StageRun, ok: bool = True) -> None:
     """Flush a run opened by :func:`open_run` and mark it FINISHED (or FAILED)."""
     run.flush()

@@ -274,6 +274,105 @@ def test_invalid_params_fail_before_anything_runs(repo):
     assert _hash_tree(repo / "models") == before
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# the study (configs/study-smoke.yaml: two variants, one seed), killed mid-variant and resumed through the Prefect flow
+
+
+def _study_table(report: str) -> dict[str, list[str]]:
+    """{variant: its row's cells} of the report's variants table."""
+    out = {}
+    for line in report.splitlines():
+        if line.startswith("| ") and " (" in line.split("|")[1] and not line.startswith("| variant"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            out[cells[0].split(" (")[0]] = cells
+    return out
+
+
+@pytest.fixture(scope="module")
+def study(repo):
+    """`python -m dsmath.study run` (what `make study` calls) killed during its second variant's RL stage, then the
+    study resumed through the Prefect flow. Returns what the tests below inspect."""
+    import signal
+
+    before = {p: (repo / p).read_bytes() for p in ("params.yaml", "dvc.lock")}
+    records = repo / "study" / "smoke" / "runs"
+    cmd = [sys.executable, "-m", "dsmath.study", "run", "--study", "configs/study-smoke.yaml"]
+    proc = subprocess.Popen(cmd, cwd=repo, env=_env(repo), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    seen, second = [], False
+    for line in proc.stdout:
+        seen.append(line)
+        second = second or "online_rft seed 1234" in line
+        if second and line.startswith("Running stage 'rl@1234'"):
+            time.sleep(3)  # inside the RL stage of the second variant
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    killed = {"log": "".join(seen), "records": sorted(p.parent.name for p in records.rglob("seed-*.json")),
+              "params_left": (repo / "params.yaml").read_bytes() != before["params.yaml"]}
+    first = records / "grpo" / "seed-1234.json"
+    first_stat = first.stat().st_mtime_ns if first.exists() else None
+    resumed = _run(repo, sys.executable, str(Path(__file__).with_name("run_study_in_harness.py")),
+                   "configs/study-smoke.yaml", timeout=900)
+    result = json.loads(resumed.stdout.strip().splitlines()[-1])
+    return {"killed": killed, "resumed": resumed.stdout + resumed.stderr, "flow": result, "before": before,
+            "first_mtime": first_stat, "first_mtime_after": first.stat().st_mtime_ns}
+
+
+def test_killed_study_resumes_without_redoing_finished_variants(repo, study):
+    assert study["killed"]["records"] == ["grpo"]  # killed during online_rft: only grpo had finished
+    assert study["killed"]["params_left"]  # the killed experiment's overrides were still in params.yaml
+    assert study["flow"]["state"] == "COMPLETED"
+    assert study["flow"]["runs"] == sorted(["grpo", "online_rft", "write_report"])  # one task per variant
+    assert "grpo seed 1234 done before, kept" in study["resumed"]
+    assert study["first_mtime"] == study["first_mtime_after"]  # grpo's record was not rewritten
+    assert study["resumed"].count("Running stage 'rl@1234'") == 1  # online_rft's RL only
+    for p, content in study["before"].items():  # the workspace is as it was before the study
+        assert (repo / p).read_bytes() == content, p
+    show = _run(repo, str(BIN / "dvc"), "exp", "show", "--md").stdout
+    assert "smoke-grpo-1234" in show and "smoke-online_rft-1234" in show
+
+
+def test_study_report_equals_the_run_records_the_experiments_and_mlflow(repo, study):
+    records = {v: json.loads((repo / "study" / "smoke" / "runs" / v / "seed-1234.json").read_text())
+               for v in ("grpo", "online_rft")}
+    report = (repo / "reports" / "study-smoke.md").read_text()
+    table = _study_table(report)
+    assert sorted(table) == ["grpo", "online_rft"]
+    mlflow = _mlflow(repo)
+    parent = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",
+                                filter_string="tags.`dsmath.kind` = 'study' and tags.`dsmath.study` = 'smoke'")
+    assert len(parent) == 1 and parent[0].info.status == "FINISHED"
+    children = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",
+                                  filter_string=f"tags.mlflow.parentRunId = '{parent[0].info.run_id}'")
+    finished = {r.data.tags["dsmath.variant"]: r for r in children if r.info.status == "FINISHED"}
+    assert sorted(finished) == ["grpo", "online_rft"]
+    assert [r.info.status for r in children if r.info.status != "FINISHED"] == ["KILLED"]  # the killed attempt
+    for variant, r in records.items():
+        mode = r["mode"]
+        greedy, k = r["eval"][f"synthetic/{mode}/greedy"], max(int(x.rsplit("@", 1)[1]) for x in r["eval"]
+                                                                if x.startswith(f"synthetic/{mode}/maj@"))
+        cells = table[variant]
+        assert cells[3] == f"{100 * greedy:.1f}"  # one seed: no sd
+        assert cells[4] == f"{100 * r['eval'][f'synthetic/{mode}/maj@{k}']:.1f}"
+        assert cells[5] == f"{100 * r['eval'][f'synthetic/{mode}/pass@{k}']:.1f}"
+        # the record is what the experiment wrote: its commit holds the same RL metrics
+        exp_rl = json.loads(_run(repo, "git", "show", f"{r['exp_ref']}:metrics/rl/seed-1234.json").stdout)
+        assert exp_rl == r["rl"]
+        assert sum(r["problems"]["rl"][mode]["greedy"]) / len(r["problems"]["rl"][mode]["greedy"]) == greedy
+        child = finished[variant]
+        assert child.data.tags["dvc.exp"] == f"smoke-{variant}-1234" and child.data.tags["dsmath.seed"] == "1234"
+        assert child.data.metrics[metric_key(f"eval/synthetic/{mode}/greedy")] == pytest.approx(greedy)
+        assert child.data.params["overrides.rl.steps"] == "4"
+        stages = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",
+                                    filter_string=f"tags.mlflow.parentRunId = '{child.info.run_id}'")
+        assert "rl@1234" in {s.data.tags.get("dsmath.stage") for s in stages}  # the stage runs nest under it
+    artifacts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(parent[0].info.run_id, "study")}
+    assert "study/study-smoke.md" in artifacts and "study/methods.png" in artifacts
+    findings = [line for line in report.splitlines() if line.startswith("| GRPO beats Online RFT")]
+    assert len(findings) == 1 and any(v in findings[0] for v in ("holds", "does not hold", "inconclusive"))
+
+
 def test_changing_an_rl_param_reruns_only_rl_and_downstream(repo):
     """Last (it changes the workspace): `dvc exp run -S rl.algorithm=ppo` re-runs exactly the rl@<seed> stages,
     evaluate@rl and report

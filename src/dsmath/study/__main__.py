@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "list":
         for variant, seed in runs:
             done = "done" if study.result_path(variant, seed).exists() else "to run"
-            print(f"{variant:<22}{seed:>6}  {done:<7} {' '.join(runner.exp_command(study, variant, seed, 'dvc')[1:])}")
+            name, overrides = study.exp_name(variant, seed), study.overrides(variant, seed)
+            cmd = runner.exp_command(name, overrides, study.targets, "dvc")
+            print(f"{variant:<22}{seed:>6}  {done:<7} {' '.join(cmd)}")
         return 0
     if args.command == "report":
         out = build_study_report(study)

@@ -15,7 +15,9 @@ The workspace's params.yaml, dvc.lock, metrics/ and plots/ are saved before the 
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -23,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,18 @@ def save_workspace(params) -> None:
             (tmp / p).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, tmp / p)
     tmp.rename(STATE / "saved")
+
+
+def recover_killed_experiment(dvc: str) -> None:
+    """Undo what a `dvc exp run` killed mid-way leaves behind, which would make the next one fail: files DVC staged
+    in the git index (unstaged again; the working tree is untouched), its executor refs (refs/exps/exec/*) and its
+    temporary files (`dvc exp clean`). Called only when a study was killed (its saved workspace is still there)."""
+    subprocess.run(["git", "reset", "-q"], capture_output=True, text=True)
+    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps/exec"], capture_output=True,
+                          text=True).stdout.split()
+    for ref in refs:
+        subprocess.run(["git", "update-ref", "-d", ref], capture_output=True, text=True)
+    subprocess.run([dvc, "exp", "clean"], capture_output=True, text=True)
 
 
 def restore_params_file() -> None:
@@ -103,10 +117,26 @@ def hydra_value(value: Any) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def exp_command(study: Study, variant: str, seed: int, dvc: str) -> list[str]:
-    """The `dvc exp run` of one variant x seed (what a user types to run it by hand)."""
-    sets = [a for k, v in study.overrides(variant, seed).items() for a in ("-S", f"{k}={hydra_value(v)}")]
-    return [dvc, "exp", "run", "-n", study.exp_name(variant, seed), *sets, *study.targets]
+def exp_command(name: str, overrides: dict[str, Any], targets: list[str], dvc: str) -> list[str]:
+    """`dvc exp run -n <name> -S key=value ... <targets>` (what a user types to run one variant by hand)."""
+    sets = [a for k, v in overrides.items() for a in ("-S", f"{k}={hydra_value(v)}")]
+    return [dvc, "exp", "run", "-n", name, *sets, *targets]
+
+
+def run_experiment(name: str, overrides: dict[str, Any], targets: list[str], log_path: Path,
+                   on_line: Callable[[str], None] = print, parent_run_id: str | None = None,
+                   dvc: str | None = None) -> None:
+    """One DVC experiment in the workspace (its stage runs nest under `parent_run_id` in MLflow); raises
+    StudyRunFailed with the tail of its output when it fails."""
+    env = os.environ | ({tracking.PARENT_ENV: parent_run_id} if parent_run_id else {})
+    dvc = dvc or dvc_bin()
+    if exp_ref(name):  # an earlier attempt under this name (killed before its record was kept): replaced
+        subprocess.run([dvc, "exp", "remove", name], capture_output=True, text=True)
+    cmd = exp_command(name, overrides, targets, dvc)
+    on_line(" ".join(["dvc", *cmd[1:]]))
+    code, lines = _stream(cmd, log_path, on_line, env)
+    if code != 0:
+        raise StudyRunFailed(f"{name}: dvc exp run failed (exit {code}):\n" + "\n".join(lines[-20:]))
 
 
 def exp_ref(name: str) -> str | None:
@@ -212,18 +242,19 @@ def run_one(study: Study, variant: str, seed: int, parent: tracking.StageRun | N
         on_line(f"study {study.name}: {variant} seed {seed} done before, kept")
         return json.loads(out.read_text())
     restore_params_file()
-    params = variant_params(study, variant, seed)
+    params = variant_params(study, variant, seed, study.profile)
     tags = {"dsmath.kind": "study-run", "dsmath.study": study.name, "dsmath.variant": variant,
             "dsmath.seed": str(seed)}
+    tracking.end_unfinished(params, tags)  # the child of a killed attempt
     child = tracking.open_run(params, f"{variant} seed {seed}", tags, parent.run_id if parent else None)
-    env = os.environ | {tracking.PARENT_ENV: child.run_id}  # the stage runs nest under this variant x seed
-    cmd = exp_command(study, variant, seed, dvc)
-    on_line(f"study {study.name}: {variant} seed {seed}: {' '.join(cmd[1:])}")
+    on_line(f"study {study.name}: {variant} seed {seed}")
     t0 = time.perf_counter()
-    code, lines = _stream(cmd, Path(study.results) / "logs" / f"{variant}-seed-{seed}.log", on_line, env)
-    if code != 0:
+    try:  # the stage runs nest under this variant x seed's run
+        run_experiment(study.exp_name(variant, seed), study.overrides(variant, seed), study.targets,
+                       Path(study.results) / "logs" / f"{variant}-seed-{seed}.log", on_line, child.run_id, dvc)
+    except StudyRunFailed:
         tracking.close_run(child, ok=False)
-        raise StudyRunFailed(f"{variant} seed {seed}: dvc exp run failed (exit {code}):\n" + "\n".join(lines[-20:]))
+        raise
     tracking.tag_children_from_lock(child.run_id)
     result = collect(study, variant, seed, params) | {"wall_s": round(time.perf_counter() - t0, 1),
                                                       "exp_ref": exp_ref(study.exp_name(variant, seed)),
@@ -255,27 +286,39 @@ def dvc_bin() -> str:
     return str(Path(sys.executable).with_name("dvc"))
 
 
-def run_study(study: Study, variants: list[str] | None = None, seeds: list[int] | None = None,
-              on_line: Callable[[str], None] = print, report: bool = True) -> list[dict]:
-    """Every (selected) variant x seed, then the report; the workspace is restored afterwards, even on failure."""
+@contextlib.contextmanager
+def study_session(study: Study) -> Iterator[tuple[Study, tracking.StageRun, dict, str]]:
+    """The frame of a study's runs: the workspace saved (and restored afterwards, even on failure), the MLflow parent
+    open (FINISHED on success, FAILED otherwise). Yields (the study, its variants overlaying the saved params.yaml
+    while the experiments rewrite the real one; the parent run; the machine record; the dvc executable)."""
     from dsmath.config import load_params
 
-    params = load_params(STATE / "saved" / "params.yaml" if (STATE / "saved").exists() else "params.yaml")
+    resumed = (STATE / "saved").exists()
+    params = load_params(STATE / "saved" / "params.yaml" if resumed else "params.yaml")
     dvc = dvc_bin()
+    if resumed:
+        restore_params_file()
+        recover_killed_experiment(dvc)
     save_workspace(params)
+    study = dataclasses.replace(study, profile=str(STATE / "saved" / "params.yaml"))
     parent = open_parent(study, params)
     parent.set_tags({"dsmath.study_file": study.path})
-    machine = machine_record()
-    results, ok = [], False
+    ok = False
     try:
-        for variant, seed in study.runs(variants, seeds):
-            results.append(run_one(study, variant, seed, parent, dvc, on_line, machine))
+        yield study, parent, machine_record(), dvc
         ok = True
     finally:
         restore_workspace(params, dvc)
-        if ok and report:
-            from dsmath.study.report import build_study_report
-
-            build_study_report(study, parent)
         tracking.close_run(parent, ok=ok)
+
+
+def run_study(study: Study, variants: list[str] | None = None, seeds: list[int] | None = None,
+              on_line: Callable[[str], None] = print, report: bool = True) -> list[dict]:
+    """Every (selected) variant x seed not run yet, then the report (`make study`)."""
+    from dsmath.study.report import build_study_report
+
+    with study_session(study) as (study, parent, machine, dvc):
+        results = [run_one(study, v, s, parent, dvc, on_line, machine) for v, s in study.runs(variants, seeds)]
+        if report:
+            build_study_report(study, parent)
     return results

@@ -55,6 +55,7 @@ class Study:
     findings: list[Finding] = field(default_factory=list)
     results: str = "study"
     report: str = "reports/study.md"
+    profile: str = "params.yaml"  # the params file the variants overlay
 
     def runs(self, variants: list[str] | None = None, seeds: list[int] | None = None) -> list[tuple[str, int]]:
         """(variant, seed) pairs to run, variant-major in the file's order (a subset when asked)."""
@@ -69,8 +70,10 @@ class Study:
         return {**self.shared, **self.variants[variant].overrides, "common.rl_seeds": [seed]}
 
     def run_key(self, variant: str, seed: int) -> str:
-        """Identity of a run's settings: a finished run whose key still matches is not run again."""
-        text = json.dumps({"overrides": self.overrides(variant, seed), "targets": self.targets}, sort_keys=True)
+        """Identity of a run's settings (every param it runs with, its targets): a finished run whose key still
+        matches is not run again. Code is not in it: after changing the code a run depends on, delete its record."""
+        params = variant_params(self, variant, seed, self.profile).model_dump()
+        text = json.dumps({"params": params, "targets": self.targets}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def exp_name(self, variant: str, seed: int) -> str:
@@ -144,7 +147,7 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
                   targets=list(raw.get("targets") or ["evaluate@sft", "evaluate@rl"]),
                   shared=dict(raw.get("shared") or {}), variants=variants, figures=figures, findings=findings,
                   results=str(raw.get("results") or f"study/{raw.get('name') or p.stem}"),
-                  report=str(raw.get("report") or "reports/study.md"))
+                  report=str(raw.get("report") or "reports/study.md"), profile=str(params_file))
     for f in findings:
         for v in (f.a, f.b):
             if v not in variants and not (v == "sft" and v is f.b):
