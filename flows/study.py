@@ -66,9 +66,14 @@ def dsmath_study(study_file: str = "configs/study.yaml", variants: list[str] | N
     study = load_study(study_file)
     runs = study.runs(variants, seeds)
     with runner.study_session(study) as (study, parent, machine, _):
-        for variant in dict.fromkeys(v for v, _ in runs):  # one task per variant, in the file's order
-            run_variant(study_file, variant, [s for v, s in runs if v == variant], parent.run_id, machine)
-        return write_report(study_file, parent.run_id)
+        states = {}
+        for variant in dict.fromkeys(v for v, _ in runs):  # one task per variant, in the file's order; a failed
+            states[variant] = run_variant(study_file, variant, [s for v, s in runs if v == variant],  # one does
+                                          parent.run_id, machine, return_state=True)      # not stop the others
+        report = write_report(study_file, parent.run_id)
+        if failed := [v for v, st in states.items() if not st.is_completed()]:
+            raise runner.StudyRunFailed(f"variants failed: {', '.join(failed)} (a rerun retries them)")
+        return report
 
 
 def main() -> None:

@@ -314,11 +314,21 @@ def study_session(study: Study) -> Iterator[tuple[Study, tracking.StageRun, dict
 
 def run_study(study: Study, variants: list[str] | None = None, seeds: list[int] | None = None,
               on_line: Callable[[str], None] = print, report: bool = True) -> list[dict]:
-    """Every (selected) variant x seed not run yet, then the report (`make study`)."""
+    """Every (selected) variant x seed not run yet, then the report (`make study`). A failed run does not stop the
+    others: the report is written from what finished and StudyRunFailed names the failures at the end."""
     from dsmath.study.report import build_study_report
 
     with study_session(study) as (study, parent, machine, dvc):
-        results = [run_one(study, v, s, parent, dvc, on_line, machine) for v, s in study.runs(variants, seeds)]
+        results, failed = [], []
+        for v, s in study.runs(variants, seeds):
+            try:
+                results.append(run_one(study, v, s, parent, dvc, on_line, machine))
+            except StudyRunFailed as err:
+                on_line(f"error: {err}")
+                failed.append(str(err))
         if report:
             build_study_report(study, parent)
+        if failed:
+            raise StudyRunFailed(f"{len(failed)} run(s) failed (the next `make study` retries them):\n"
+                                 + "\n".join(failed))
     return results
