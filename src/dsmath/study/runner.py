@@ -296,9 +296,9 @@ def study_session(study: Study) -> Iterator[tuple[Study, tracking.StageRun, dict
     resumed = (STATE / "saved").exists()
     params = load_params(STATE / "saved" / "params.yaml" if resumed else "params.yaml")
     dvc = dvc_bin()
-    if resumed:
-        restore_params_file()
+    if resumed:  # a killed study: clear what its experiment left, put the workspace back, then save it again
         recover_killed_experiment(dvc)
+        restore_workspace(params, dvc)
     save_workspace(params)
     study = dataclasses.replace(study, profile=str(STATE / "saved" / "params.yaml"))
     parent = open_parent(study, params)
