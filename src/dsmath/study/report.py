@@ -187,13 +187,14 @@ def k_rows(results: dict[str, dict[int, dict]]) -> list[dict]:
         mode, km = first["mode"], k_max(first, first["mode"])
         if not km:
             continue
+        sft_from = "from the code base" if first.get("overrides", {}).get("sft.init") == "base" else "the recipe's"
         prefix = f"synthetic/{mode}/maj@"
         ks = sorted({int(key.rsplit("@", 1)[1]) for key in first["eval"] if key.startswith(prefix)})
         for model in ("rl", "sft"):
             for k in ks:
                 vals = {m: mean([metric_of(r, f"{m}@{k}", mode, model) for r in runs.values()])
                         for m in ("maj", "pass")}
-                rows.append({"variant": variant, "model": model, "mode": mode, "k": k,
+                rows.append({"variant": variant, "model": model, "mode": mode, "k": k, "sft_from": sft_from,
                              "maj_at_k": vals["maj"], "pass_at_k": vals["pass"]})
     return rows
 
@@ -242,7 +243,7 @@ def plot_k(rows: list[dict], variants: list[str], labels: dict[str, str]):
             if model == "sft" and key in sft_drawn:
                 continue  # variants sharing one SFT model draw it once
             sft_drawn.add(key)
-            label = labels.get(v, v) if model == "rl" else f"SFT ({pts[0]['mode']}, before {labels.get(v, v)})"
+            label = labels.get(v, v) if model == "rl" else f"SFT model, {pts[0]['mode']} ({pts[0]['sft_from']})"
             style = "-" if model == "rl" else "--"
             for ax, col in zip(axes, ("pass_at_k", "maj_at_k"), strict=True):
                 ax.plot([r["k"] for r in pts], [100 * (r[col] or 0) for r in pts], style, marker="o", label=label)
