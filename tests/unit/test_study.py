@@ -158,6 +158,6 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
 def test_findings_compare_like_with_like():
     f = Finding(claim="c", source="s", a="x", b="sft", metric="maj@k")
     results = {"x": {1: _record([1, 0], [0, 0], 1.0, maj=[1, 1])}}
-    row = sr.finding_row(f, results, None)  # maj@k: the largest k sampled (8), against x's own SFT model
+    row = sr.finding_row(f, results)  # maj@k: the largest k sampled (8), against x's own SFT model
     assert row["mode"] == "tool" and row["n_seeds"] == 1 and row["diff"] == pytest.approx(1.0)
     assert row["paired_se"] == 0.0 and row["verdict"] == "holds"  # every problem moved from wrong to right

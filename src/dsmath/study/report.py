@@ -17,7 +17,7 @@ import json
 import math
 from pathlib import Path
 
-from dsmath.report import sd, standard_error_of_delta
+from dsmath.report import fmt, sd, standard_error_of_delta
 from dsmath.study.spec import Finding, Study
 
 COST_METRICS = {"s_per_step": "s/step", "peak_rss_mb": "peak RSS (MB)", "trainer_state_mb": "trainer state (MB)"}
@@ -124,7 +124,7 @@ def verdict(diff: float | None, se: float | None, lower_is_better: bool = False,
     return "inconclusive"
 
 
-def finding_row(f: Finding, results: dict[str, dict[int, dict]], study: Study) -> dict:
+def finding_row(f: Finding, results: dict[str, dict[int, dict]]) -> dict:
     if f.a not in results or (f.b not in results and f.b != "sft"):
         return {"finding": f, "diff": None, "se": None, "verdict": "not run"}
     mode = next(iter(results[f.a].values()))["mode"]
@@ -270,15 +270,11 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 # the markdown
 
 
-def pct(x: float | None) -> str:
-    return "-" if x is None or x != x else f"{100 * x:.1f}"
-
-
 def pct_sd(pair: tuple[float | None, float] | None) -> str:
     if not pair or pair[0] is None:
         return "-"
     m, s = pair
-    return pct(m) if s != s else f"{pct(m)} ± {100 * s:.1f}"
+    return fmt(m) if s != s else f"{fmt(m)} ± {100 * s:.1f}"
 
 
 def num(x: float | None, digits: int = 1) -> str:
@@ -317,14 +313,14 @@ def render(study: Study, rows: list[dict], findings: list[dict], figures: dict[s
              "| trainer state MB |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         k = r["k"]
-        gain = "-" if r["gain"] is None else f"{100 * r['gain']:+.1f} ({pct(r['gain_se'])})"
+        gain = "-" if r["gain"] is None else f"{100 * r['gain']:+.1f} ({fmt(r['gain_se'])})"
         lines.append(f"| {r['variant']} ({r['label']}) | {r['mode']} | {_override_text(r['overrides'])} | "
                      f"{pct_sd(r['greedy'])} | {pct_sd(r.get(f'maj@{k}'))} | {pct_sd(r.get(f'pass@{k}'))} | {gain} | "
                      f"{num(r['s_per_step'], 2)} | {num(r['peak_rss_mb'], 0)} | {num(r['trainer_state_mb'], 1)} |")
     lines += ["", "Accuracies in percent on the synthetic test split in the variant's rollout mode (mean ± sd over "
               "seeds); k = the samples drawn per problem (maj@k votes over them, pass@k: any is right). Each variant's "
               "SFT model (the one it started from) is evaluated alike: "
-              + "; ".join(f"{r['variant']} {pct(r['sft_greedy'])}" for r in rows) + ".", "",
+              + "; ".join(f"{r['variant']} {fmt(r['sft_greedy'])}" for r in rows) + ".", "",
               "## Findings", "",
               "Rule: the claimed direction exceeds the other by more than 2 standard errors -> **holds**; the opposite "
               "by more than 2 -> **does not hold**; else **inconclusive**. SE = paired SE over problems and "
@@ -355,7 +351,7 @@ def build_study_report(study: Study, parent=None) -> dict:
     fig_dir.mkdir(parents=True, exist_ok=True)
     labels = {v: study.variants[v].label for v in study.variants}
     rows = variant_rows(results, study)
-    findings = [finding_row(f, results, study) for f in study.findings]
+    findings = [finding_row(f, results) for f in study.findings]
     curves, ks = curve_rows(results), k_rows(results)
     write_csv(fig_dir / "curves.csv", curves)
     write_csv(fig_dir / "k_curves.csv", ks)
