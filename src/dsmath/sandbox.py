@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -373,14 +374,73 @@ def run_python(code: str, timeout_s: float, memory_mb: int,
 
 
 def run_python_batch(codes: list[str], timeout_s: float, memory_mb: int,
-                     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES, workers: int = 2) -> list[SandboxResult]:
-    """Run programs in parallel on `workers` sandbox servers; results in the order of `codes` (len(codes),)."""
+                     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES, workers: int = 2,
+                     cache: ResultCache | None = None) -> list[SandboxResult]:
+    """Run programs in parallel on `workers` sandbox servers; results in the order of `codes` (len(codes),).
+
+    cache: a :class:`ResultCache` to answer programs run before from, and to keep the new results in; with one, a
+    program that occurs several times in `codes` also runs once (every occurrence gets that run's result)."""
     _check_limits(timeout_s, memory_mb, max_output_bytes)
+    if cache is not None and all(isinstance(c, str) for c in codes):
+        return cache.run(codes, (timeout_s, memory_mb, max_output_bytes),
+                         lambda todo: run_python_batch(todo, timeout_s, memory_mb, max_output_bytes, workers))
     pool = _pool(workers)
     if len(codes) <= 1:
         return [_run_on(pool, c, timeout_s, memory_mb, max_output_bytes) for c in codes]
     with ThreadPoolExecutor(max_workers=min(workers, len(codes))) as ex:
         return list(ex.map(lambda c: _run_on(pool, c, timeout_s, memory_mb, max_output_bytes), codes))
+
+
+class ResultCache:
+    """Results of programs already run, by (program text, limits); the least recently used go beyond `max_bytes`.
+
+    Model-written programs repeat: the G samples of a GRPO group, a greedy and a sampled pass over one question, often
+    write the same program, and each run costs a fork in the sandbox server (a few ms). A result is taken to be a
+    function of the program and its limits; a program that reads the clock or draws from an unseeded `random` gets its
+    first run's (valid) result again. Runs that depend on the machine's load rather than on the program are never
+    kept: timeouts and servers that did not answer.
+    """
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes, self.size, self.hits, self.misses = int(max_bytes), 0, 0, 0
+        self._items: OrderedDict[tuple, SandboxResult] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def run(self, codes: list[str], limits: tuple, execute) -> list[SandboxResult]:
+        """The results of `codes` (in order): cached ones looked up, the rest run once each by `execute(programs)`."""
+        keys = [(c, *limits) for c in codes]
+        with self._lock:
+            found = {k: self._items[k] for k in dict.fromkeys(keys) if k in self._items}
+            for k in found:
+                self._items.move_to_end(k)
+        todo = [k for k in dict.fromkeys(keys) if k not in found]
+        results = execute([k[0] for k in todo]) if todo else []
+        with self._lock:
+            self.hits += len(keys) - len(todo)
+            self.misses += len(todo)
+            for k, r in zip(todo, results, strict=True):
+                found[k] = r
+                self._keep(k, r)
+        return [found[k] for k in keys]
+
+    def _keep(self, key: tuple, result: SandboxResult) -> None:
+        if result.timed_out or result.exit_code is None or self.max_bytes <= 0:
+            return
+        cost = _cost(key, result)
+        if key in self._items or cost > self.max_bytes:
+            return
+        self._items[key] = result
+        self.size += cost
+        while self.size > self.max_bytes:
+            self.size -= _cost(*self._items.popitem(last=False))
+
+
+def _cost(key: tuple, result: SandboxResult) -> int:
+    """Bytes an entry counts for: the program, its output and error text, and a fixed overhead."""
+    return len(key[0]) + len(result.stdout) + len(result.error) + 64
+
+
+RESULTS = ResultCache(64 * 2**20)  # this process's results: the tool, the PoT evaluation and the PoT reward share it
 
 
 if __name__ == "__main__":

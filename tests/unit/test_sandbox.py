@@ -6,7 +6,15 @@ import time
 
 import pytest
 
-from dsmath.sandbox import SETUP_FAILED, SandboxResult, make_audit_hook, run_python, run_python_batch
+from dsmath.sandbox import (
+    RESULTS,
+    SETUP_FAILED,
+    ResultCache,
+    SandboxResult,
+    make_audit_hook,
+    run_python,
+    run_python_batch,
+)
 
 LIMITS = {"timeout_s": 1.0, "memory_mb": 256, "max_output_bytes": 4096}
 
@@ -163,6 +171,48 @@ def test_batch_mixes_hostile_and_clean_programs():
     assert [r.stdout for r in results] == ["1\n", "", "", "2\n"]
     assert results[1].timed_out and blocked(results[2], "os.fork")
     assert run_python_batch([], workers=2, **LIMITS) == []
+
+
+def test_cache_runs_each_program_once_and_answers_repeats():
+    cache = ResultCache(1 << 20)
+    runs: list[list[str]] = []
+
+    def execute(todo):  # counts what reaches the sandbox
+        runs.append(list(todo))
+        return run_python_batch(todo, workers=2, **LIMITS)
+
+    codes = ["print(1)", "print(2)", "print(1)", "while True:\n    pass", "print(1)"]
+    first = cache.run(codes, tuple(LIMITS.values()), execute)
+    assert [r.stdout for r in first] == ["1\n", "2\n", "1\n", "", "1\n"] and first[3].timed_out
+    assert runs == [["print(1)", "print(2)", "while True:\n    pass"]]  # repeats inside a batch run once
+    again = cache.run(["print(2)", "while True:\n    pass", "print(3)"], tuple(LIMITS.values()), execute)
+    assert runs[1] == ["while True:\n    pass", "print(3)"]  # a timeout is load, not the program: run again
+    assert again[0] is first[1] and [r.stdout for r in again] == ["2\n", "", "3\n"]
+    assert (cache.hits, cache.misses) == (3, 5)
+    other_limits = cache.run(["print(2)"], (2.0, 256, 4096), execute)  # other limits: another key
+    assert runs[2] == ["print(2)"] and other_limits[0].stdout == "2\n"
+
+
+def test_cache_drops_least_recently_used_beyond_its_size():
+    ok = lambda out: SandboxResult(out, "", False, 0)  # noqa: E731
+    cache = ResultCache(3 * (8 + 2 + 64))  # room for three results of an 8-character program printing 1 char
+    cache.run(["print(1)", "print(2)", "print(3)"], (), lambda todo: [ok(c[-2] + "\n") for c in todo])
+    cache.run(["print(1)"], (), lambda todo: pytest.fail("print(1) is cached"))  # print(1) now most recent
+    cache.run(["print(4)"], (), lambda todo: [ok("4\n")])  # evicts print(2), the least recently used
+    assert len(cache._items) == 3 and cache.size <= cache.max_bytes
+    rerun = []
+    cache.run(["print(1)", "print(2)", "print(3)", "print(4)"], (), lambda todo: rerun.extend(todo) or
+              [ok(c[-2] + "\n") for c in todo])
+    assert rerun == ["print(2)"]
+
+
+def test_batch_with_cache_equals_batch_without():
+    codes = [f"print({i % 5} ** 3)" for i in range(20)] + ["print(undefined)", "x = 1"]
+    cache = ResultCache(1 << 20)
+    plain = run_python_batch(codes, workers=2, **LIMITS)
+    cached = run_python_batch(codes, workers=2, cache=cache, **LIMITS)
+    assert cached == plain and run_python_batch(codes, workers=2, cache=cache, **LIMITS) == plain
+    assert cache.hits == 22 + 15 and RESULTS.max_bytes == 64 * 2**20
 
 
 # ----------------------------------------------------------------------------------------------------------------

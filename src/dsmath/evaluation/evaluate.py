@@ -37,12 +37,12 @@ def final_answers(texts: Sequence[str], mode: str, sandbox_cfg, last_number: boo
     last number in that text, for base models that never learnt the answer line)."""
     if mode != "pot":
         return [extract_answer(own_text(t, mode), last_number_fallback=last_number) for t in texts]
-    from dsmath.sandbox import run_python_batch
+    from dsmath.sandbox import RESULTS, run_python_batch
 
     programs = [(code_blocks(t) or [None])[-1] for t in texts]
     runnable = [i for i, p in enumerate(programs) if p is not None]
     results = run_python_batch([programs[i] for i in runnable], sandbox_cfg.timeout_s, sandbox_cfg.memory_mb,
-                               sandbox_cfg.max_output_bytes, sandbox_cfg.workers)
+                               sandbox_cfg.max_output_bytes, sandbox_cfg.workers, RESULTS)
     answers: list[str | None] = [None] * len(texts)
     for i, res in zip(runnable, results, strict=True):
         answers[i] = program_answer(res.stdout) if res.ok else None
