@@ -137,6 +137,9 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
             ("grpo", 2): _record([1, 1, 1, 0], [0, 1, 0, 0], 2.2, maj=[1, 1, 0, 1]),
             ("ppo", 1): _record([0, 1, 0, 1], [0, 1, 0, 0], 3.0, maj=[0, 1, 0, 1]),
             ("ppo", 2): _record([0, 0, 1, 1], [0, 1, 0, 0], 3.4, maj=[0, 1, 0, 1])}
+    recs[("grpo", 1)]["curve"] = [{"step": 0, "val_greedy_acc": 0.5}, {"step": 1, "reward_mean": 0.3},
+                                  {"step": 10, "val_greedy_acc": 0.6}]
+    recs[("grpo", 2)]["curve"] = [{"step": 0, "val_greedy_acc": 0.5}, {"step": 10, "val_greedy_acc": 0.7}]
     for (v, s), r in recs.items():
         path = study.result_path(v, s)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,6 +156,10 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
     assert verdicts == {"GRPO beats PPO": "inconclusive", "GRPO is faster": "holds"}
     assert (tmp_path / "out" / "study" / "maj_pass_at_k.png").exists()
     assert "4 runs" in md and "250 GFLOP/s" in md
+    dvc_plot = (tmp_path / "out" / "study" / "val_curves" / "grpo.csv").read_text().split()
+    assert dvc_plot[0] == "step,val_greedy_acc" and dvc_plot[1] == "0,0.5"
+    assert dvc_plot[2].startswith("10,") and float(dvc_plot[2].split(",")[1]) == pytest.approx(0.65)
+    assert not (tmp_path / "out" / "study" / "val_curves" / "ppo.csv").exists()  # no curve recorded
 
 
 def test_findings_compare_like_with_like():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from pathlib import Path
 
 from dsmath.report import fmt, sd, standard_error_of_delta
@@ -177,6 +178,18 @@ def curve_rows(results: dict[str, dict[int, dict]]) -> list[dict]:
                              "val_greedy_acc": c.get("val_greedy_acc"), "reward_mean": c.get("reward_mean"),
                              "kl": c.get("kl")})
     return rows
+
+
+def write_val_curves(rows: list[dict], out_dir: Path) -> None:
+    """One CSV per variant, `step,val_greedy_acc` (mean over seeds): the DVC plot of dvc.yaml's top-level `plots`."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    for v in dict.fromkeys(r["variant"] for r in rows):
+        pts = [r for r in rows if r["variant"] == v and r["val_greedy_acc"] is not None]
+        by: dict[int, list[float]] = {}
+        for r in pts:
+            by.setdefault(r["step"], []).append(r["val_greedy_acc"])
+        write_csv(out_dir / f"{v}.csv", [{"step": s, "val_greedy_acc": sum(x) / len(x)} for s, x in sorted(by.items())])
 
 
 def k_rows(results: dict[str, dict[int, dict]]) -> list[dict]:
@@ -355,6 +368,7 @@ def build_study_report(study: Study, parent=None) -> dict:
     curves, ks = curve_rows(results), k_rows(results)
     write_csv(fig_dir / "curves.csv", curves)
     write_csv(fig_dir / "k_curves.csv", ks)
+    write_val_curves(curves, fig_dir / "val_curves")
     figures = {}
     groups = study.figures or {"methods": list(study.variants)}
     for name, variants in groups.items():
