@@ -123,15 +123,13 @@ def shared_setup(args):
 
 
 def step_questions(cfg, train, seed: int, steps: int) -> list[dict]:
-    """The questions dsmath's trainer takes for `steps` steps (its seeded stream), in order."""
-    import torch
+    """The questions dsmath's trainer takes for `steps` steps (its seeded stream), in order: `RLTrainer.prompts_at`
+    needs only the problems and the seed of a trainer, so no model is built for it."""
+    from types import SimpleNamespace
 
-    n, out = len(train), []
-    for i in range(steps * cfg.prompts_per_step):
-        epoch, pos = divmod(i, n)
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1000 + epoch))
-        out.append(train[int(perm[pos])])
-    return out
+    from dsmath.rl.trainer import RLTrainer
+
+    return RLTrainer.prompts_at(SimpleNamespace(problems=list(train), seed=seed), 0, steps * cfg.prompts_per_step)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -147,10 +145,8 @@ def run_dsmath(args) -> dict:
 
     params, cfg, train, _ = shared_setup(args)
     policy, tok = load_dir(args.model)
-    questions = step_questions(cfg, train, args.seed, args.steps)
     trainer = trainer_mod.RLTrainer(cfg, policy, tok, train, Scorer("accuracy", args.mode, params.rewards,
                                                                     params.sandbox), args.seed)
-    assert [p["question"] for p in trainer.prompts_at(0, len(questions))] == [q["question"] for q in questions]
     phases = Phases()
     time_backward_and_optimizer(phases)
 

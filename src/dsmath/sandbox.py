@@ -409,11 +409,12 @@ class ResultCache:
     def run(self, codes: list[str], limits: tuple, execute) -> list[SandboxResult]:
         """The results of `codes` (in order): cached ones looked up, the rest run once each by `execute(programs)`."""
         keys = [(c, *limits) for c in codes]
+        unique = list(dict.fromkeys(keys))
         with self._lock:
-            found = {k: self._items[k] for k in dict.fromkeys(keys) if k in self._items}
+            found = {k: self._items[k] for k in unique if k in self._items}
             for k in found:
                 self._items.move_to_end(k)
-        todo = [k for k in dict.fromkeys(keys) if k not in found]
+        todo = [k for k in unique if k not in found]
         results = execute([k[0] for k in todo]) if todo else []
         with self._lock:
             self.hits += len(keys) - len(todo)

@@ -180,16 +180,22 @@ def curve_rows(results: dict[str, dict[int, dict]]) -> list[dict]:
     return rows
 
 
+def val_points(rows: list[dict], variant: str) -> dict[int, list[float]]:
+    """{RL step: held-out greedy accuracy of each seed} of one variant, steps in order."""
+    by: dict[int, list[float]] = {}
+    for r in rows:
+        if r["variant"] == variant and r["val_greedy_acc"] is not None:
+            by.setdefault(r["step"], []).append(r["val_greedy_acc"])
+    return dict(sorted(by.items()))
+
+
 def write_val_curves(rows: list[dict], out_dir: Path) -> None:
     """One CSV per variant, `step,val_greedy_acc` (mean over seeds): the DVC plot of dvc.yaml's top-level `plots`."""
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
     for v in dict.fromkeys(r["variant"] for r in rows):
-        pts = [r for r in rows if r["variant"] == v and r["val_greedy_acc"] is not None]
-        by: dict[int, list[float]] = {}
-        for r in pts:
-            by.setdefault(r["step"], []).append(r["val_greedy_acc"])
-        write_csv(out_dir / f"{v}.csv", [{"step": s, "val_greedy_acc": sum(x) / len(x)} for s, x in sorted(by.items())])
+        if points := val_points(rows, v):
+            write_csv(out_dir / f"{v}.csv", [{"step": s, "val_greedy_acc": sum(x) / len(x)} for s, x in points.items()])
 
 
 def k_rows(results: dict[str, dict[int, dict]]) -> list[dict]:
@@ -226,11 +232,10 @@ def plot_val_curves(rows: list[dict], variants: list[str], labels: dict[str, str
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     for v in variants:
-        pts = [r for r in rows if r["variant"] == v and r["val_greedy_acc"] is not None]
-        steps = sorted({r["step"] for r in pts})
+        by = {s: [100 * x for x in accs] for s, accs in val_points(rows, v).items()}
+        steps = list(by)
         if not steps:
             continue
-        by = {s: [100 * r["val_greedy_acc"] for r in pts if r["step"] == s] for s in steps}
         ax.plot(steps, [sum(by[s]) / len(by[s]) for s in steps], marker="o", label=labels.get(v, v))
         ax.fill_between(steps, [min(by[s]) for s in steps], [max(by[s]) for s in steps], alpha=0.15)
     ax.set_xlabel("RL step")
