@@ -6,6 +6,8 @@ STAMP := $(VENV)/.installed
 
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_HOME := $(CURDIR)/.prefect
+# the ephemeral Prefect server takes 12-25 s to come up on a slow or busy 2-core machine; Prefect gives up at 20 s
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export MLFLOW_ENABLE_ASYNC_LOGGING := false
 
 .PHONY: setup repro study readme test test-all lint clean

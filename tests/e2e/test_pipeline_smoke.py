@@ -47,6 +47,7 @@ def _env(repo: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DSMATH_", "PREFECT_"))}
     return env | {"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "PYTHONPATH": str(repo),
                   "PREFECT_HOME": str(repo / ".prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                  "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
                   "MLFLOW_ENABLE_ASYNC_LOGGING": "false"}
 
 
