@@ -1,6 +1,6 @@
 """Prefect flow: the study (configs/study.yaml), one task per variant running its seeds, then the report.
 
-The same runs as `make study` (:mod:`dsmath.study.runner`: each variant x seed a DVC experiment in the workspace,
+The same runs as `make study` (:mod:`dsmath.study.runner`: each variant's seeds one DVC experiment in the workspace,
 resumable, MLflow parent and children), launched and watched from the Prefect UI with the study file, the variants
 and the seeds as flow parameters:
 
@@ -32,15 +32,14 @@ def _profile() -> str:
 
 @task(task_run_name="{variant}")
 def run_variant(study_file: str, variant: str, seeds: list[int], parent_id: str, machine: dict) -> list[dict]:
-    """Every seed of one variant (each a DVC experiment; seeds run before are kept); returns their headline rows."""
+    """The seeds of one variant (one DVC experiment for those not run before); returns their headline rows."""
     log = get_run_logger()
     study = load_study(study_file, _profile())
     parent, dvc = tracking.StageRun(parent_id), runner.dvc_bin()
     rows = []
-    for seed in seeds:
-        r = runner.run_one(study, variant, seed, parent, dvc, log.info, machine)
+    for r in runner.run_variant(study, variant, seeds, parent, dvc, log.info, machine):
         mode = r["mode"]
-        rows.append({"variant": variant, "seed": seed, "mode": mode,
+        rows.append({"variant": variant, "seed": r["seed"], "mode": mode,
                      "greedy": r["eval"].get(f"synthetic/{mode}/greedy"), "s_per_step": r["rl"].get("s_per_step"),
                      "wall_s": r["wall_s"], "dvc_exp": r["exp_name"]})
     create_table_artifact(rows, key=f"study-{variant}".lower().replace("_", "-"),

@@ -10,7 +10,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")  # Prefect's 20 s is too short on a busy 2-core machine
+# Prefect gives its ephemeral server 20 s to start: too short on a busy 2-core machine
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
 
 

@@ -276,7 +276,7 @@ def test_invalid_params_fail_before_anything_runs(repo):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# the study (configs/study-smoke.yaml: two variants, one seed), killed mid-variant and resumed through the Prefect flow
+# the study (configs/study-smoke.yaml: two variants, two seeds), killed mid-variant and resumed through the Prefect flow
 
 
 def _study_table(report: str) -> dict[str, list[str]]:
@@ -303,7 +303,7 @@ def study(repo):
     seen, second = [], False
     for line in proc.stdout:
         seen.append(line)
-        second = second or "online_rft seed 1234" in line
+        second = second or "study smoke: online_rft seeds" in line
         if second and line.startswith("Running stage 'rl@1234'"):
             time.sleep(3)  # inside the RL stage of the second variant
             os.killpg(proc.pid, signal.SIGKILL)
@@ -321,22 +321,28 @@ def study(repo):
 
 
 def test_killed_study_resumes_without_redoing_finished_variants(repo, study):
-    assert study["killed"]["records"] == ["grpo"]  # killed during online_rft: only grpo had finished
+    assert study["killed"]["records"] == ["grpo", "grpo"]  # killed during online_rft: only grpo's seeds had finished
     assert study["killed"]["params_left"]  # the killed experiment's overrides were still in params.yaml
     assert study["flow"]["state"] == "COMPLETED"
     assert study["flow"]["runs"] == sorted(["grpo", "online_rft", "write_report"])  # one task per variant
     assert "grpo seed 1234 done before, kept" in study["resumed"]
+    assert "grpo seed 1235 done before, kept" in study["resumed"]
     assert study["first_mtime"] == study["first_mtime_after"]  # grpo's record was not rewritten
-    assert study["resumed"].count("Running stage 'rl@1234'") == 1  # online_rft's RL only
+    for seed in SEEDS:  # online_rft's RL stages only, one experiment for both seeds
+        assert study["resumed"].count(f"Running stage 'rl@{seed}'") == 1
+    assert "dvc exp run -n smoke-online_rft-1234-1235 " in study["resumed"]
+    assert "-n smoke-online_rft-1234 " not in study["resumed"] and "-n smoke-online_rft-1235 " not in study["resumed"]
     for p, content in study["before"].items():  # the workspace is as it was before the study
         assert (repo / p).read_bytes() == content, p
     show = _run(repo, str(BIN / "dvc"), "exp", "show", "--md").stdout
-    assert "smoke-grpo-1234" in show and "smoke-online_rft-1234" in show
+    assert "smoke-grpo-1234-1235" in show and "smoke-online_rft-1234-1235" in show
 
 
 def test_study_report_equals_the_run_records_the_experiments_and_mlflow(repo, study):
-    records = {v: json.loads((repo / "study" / "smoke" / "runs" / v / "seed-1234.json").read_text())
-               for v in ("grpo", "online_rft")}
+    import statistics
+
+    records = {(v, s): json.loads((repo / "study" / "smoke" / "runs" / v / f"seed-{s}.json").read_text())
+               for v in ("grpo", "online_rft") for s in SEEDS}
     report = (repo / "reports" / "study-smoke.md").read_text()
     table = _study_table(report)
     assert sorted(table) == ["grpo", "online_rft"]
@@ -346,28 +352,37 @@ def test_study_report_equals_the_run_records_the_experiments_and_mlflow(repo, st
     assert len(parent) == 1 and parent[0].info.status == "FINISHED"
     children = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",
                                   filter_string=f"tags.mlflow.parentRunId = '{parent[0].info.run_id}'")
-    finished = {r.data.tags["dsmath.variant"]: r for r in children if r.info.status == "FINISHED"}
-    assert sorted(finished) == ["grpo", "online_rft"]
-    assert [r.info.status for r in children if r.info.status != "FINISHED"] == ["KILLED"]  # the killed attempt
-    for variant, r in records.items():
-        mode = r["mode"]
-        greedy, k = r["eval"][f"synthetic/{mode}/greedy"], max(int(x.rsplit("@", 1)[1]) for x in r["eval"]
-                                                                if x.startswith(f"synthetic/{mode}/maj@"))
+    finished = {(r.data.tags["dsmath.variant"], int(r.data.tags["dsmath.seed"])): r for r in children
+                if r.data.tags["dsmath.kind"] == "study-run" and r.info.status == "FINISHED"}  # one per variant x seed
+    assert sorted(finished) == sorted(records)
+    killed = sorted((r.data.tags["dsmath.kind"], r.info.status) for r in children if r.info.status != "FINISHED")
+    assert killed == [("study-exp", "KILLED"), *[("study-run", "KILLED")] * 2]  # the killed attempt's runs
+    assert sum(r.data.tags["dsmath.kind"] == "study-exp" and r.info.status == "FINISHED" for r in children) == 2
+
+    def cell(values: list[float]) -> str:  # the report's mean +- sd over seeds, in percent
+        return f"{100 * statistics.fmean(values):.1f} ± {100 * statistics.stdev(values):.1f}"
+
+    for variant in ("grpo", "online_rft"):
+        runs = [records[variant, s] for s in SEEDS]
+        mode = runs[0]["mode"]
+        k = max(int(x.rsplit("@", 1)[1]) for x in runs[0]["eval"] if x.startswith(f"synthetic/{mode}/maj@"))
         cells = table[variant]
-        assert cells[3] == f"{100 * greedy:.1f}"  # one seed: no sd
-        assert cells[4] == f"{100 * r['eval'][f'synthetic/{mode}/maj@{k}']:.1f}"
-        assert cells[5] == f"{100 * r['eval'][f'synthetic/{mode}/pass@{k}']:.1f}"
-        # the record is what the experiment wrote: its commit holds the same RL metrics
-        exp_rl = json.loads(_run(repo, "git", "show", f"{r['exp_ref']}:metrics/rl/seed-1234.json").stdout)
-        assert exp_rl == r["rl"]
-        assert sum(r["problems"]["rl"][mode]["greedy"]) / len(r["problems"]["rl"][mode]["greedy"]) == greedy
-        child = finished[variant]
-        assert child.data.tags["dvc.exp"] == f"smoke-{variant}-1234" and child.data.tags["dsmath.seed"] == "1234"
-        assert child.data.metrics[metric_key(f"eval/synthetic/{mode}/greedy")] == pytest.approx(greedy)
-        assert child.data.params["overrides.rl.steps"] == "4"
-        stages = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",
-                                    filter_string=f"tags.mlflow.parentRunId = '{child.info.run_id}'")
-        assert "rl@1234" in {s.data.tags.get("dsmath.stage") for s in stages}  # the stage runs nest under it
+        for col, metric in ((3, "greedy"), (4, f"maj@{k}"), (5, f"pass@{k}")):
+            assert cells[col] == cell([r["eval"][f"synthetic/{mode}/{metric}"] for r in runs]), (variant, metric)
+        for seed, r in zip(SEEDS, runs, strict=True):
+            greedy = r["eval"][f"synthetic/{mode}/greedy"]
+            # the record is what the experiment wrote: its commit holds the same RL metrics
+            exp_rl = json.loads(_run(repo, "git", "show", f"{r['exp_ref']}:metrics/rl/seed-{seed}.json").stdout)
+            assert exp_rl == r["rl"]
+            assert sum(r["problems"]["rl"][mode]["greedy"]) / len(r["problems"]["rl"][mode]["greedy"]) == greedy
+            child = finished[variant, seed]
+            assert child.data.tags["dvc.exp"] == f"smoke-{variant}-1234-1235"
+            assert child.data.metrics[metric_key(f"eval/synthetic/{mode}/greedy")] == pytest.approx(greedy)
+            assert child.data.params["overrides.rl.steps"] == "4"
+            exp_run = child.data.tags["dsmath.exp_run_id"]  # the variant's experiment: its stage runs nest under it
+            stages = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",
+                                        filter_string=f"tags.mlflow.parentRunId = '{exp_run}'")
+            assert {"rl@1234", "rl@1235", "evaluate@rl"} <= {s.data.tags.get("dsmath.stage") for s in stages}
     artifacts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(parent[0].info.run_id, "study")}
     assert "study/study-smoke.md" in artifacts and "study/methods.png" in artifacts
     findings = [line for line in report.splitlines() if line.startswith("| GRPO beats Online RFT")]

@@ -1,7 +1,8 @@
 """`python -m dsmath.study [run|report|list] [--study configs/study.yaml] [--variants a b] [--seeds 1234]`.
 
-`run` (what `make study` calls) runs every variant x seed not run yet as a DVC experiment, then writes the report;
-`report` rewrites the report from the run records alone; `list` prints the runs and the `dvc exp run` of each.
+`run` (what `make study` calls) runs every variant x seed not run yet (a variant's seeds as one DVC experiment), then
+writes the report; `report` rewrites the report from the run records alone; `list` prints each variant's seeds and
+the `dvc exp run` of those to run.
 """
 
 from __future__ import annotations
@@ -28,16 +29,17 @@ def main(argv: list[str] | None = None) -> int:
         runner.restore_params_file()
     try:
         study = load_study(args.study)
-        runs = study.runs(args.variants, args.seeds)
+        study.runs(args.variants, args.seeds)  # unknown variants fail here
     except ParamsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.command == "list":
-        for variant, seed in runs:
-            done = "done" if study.result_path(variant, seed).exists() else "to run"
-            name, overrides = study.exp_name(variant, seed), study.overrides(variant, seed)
-            cmd = runner.exp_command(name, overrides, study.targets, "dvc")
-            print(f"{variant:<22}{seed:>6}  {done:<7} {' '.join(cmd)}")
+    if args.command == "list":  # per variant: its seeds' state, and the one `dvc exp run` of the seeds to run
+        for variant, seeds in study.variant_runs(args.variants, args.seeds):
+            todo = [s for s in seeds if runner.current_record(study, variant, s) is None]
+            state = ", ".join(f"{s} {'to run' if s in todo else 'done'}" for s in seeds)
+            cmd = runner.exp_command(study.exp_name(variant, todo), study.exp_overrides(variant, todo),
+                                     study.targets, "dvc") if todo else []
+            print(f"{variant:<22}{state:<28} {' '.join(cmd)}")
         return 0
     if args.command == "report":
         out = build_study_report(study)

@@ -1,12 +1,13 @@
-"""Running a study: every variant x seed as one DVC experiment in the workspace, its results kept, resumable.
+"""Running a study: each variant's seeds as one DVC experiment in the workspace, its results kept, resumable.
 
-One run is ``dvc exp run -n <study>-<variant>-<seed> -S key=value ... evaluate@sft evaluate@rl``: DVC applies the
-overrides to params.yaml, re-runs only the stages whose params or inputs they change (the rest come from the run
-cache: the corpus, the models of the chain, a shared SFT evaluation) and records the experiment (`dvc exp show`).
-The runner then copies what the report needs out of the workspace into ``<results>/runs/<variant>/seed-<seed>.json``
-(the RL summary and curve, the evaluation metrics, per-problem correctness of the RL and the SFT model) and logs it
-to the run's MLflow child. A run whose results file exists with the same settings key is not run again, so a killed
-study resumes where it stopped; the stages of a killed run that had finished come back from DVC's run cache and a
+One experiment is ``dvc exp run -n <study>-<variant>-<seeds> -S key=value ... -S common.rl_seeds=[...] evaluate@sft
+evaluate@rl``: DVC applies the overrides to params.yaml, re-runs only the stages whose params or inputs they change
+(the rest come from the run cache: the corpus, the models of the chain, a shared SFT evaluation), runs one rl@<seed>
+stage per seed and one evaluation of them all, and records the experiment (`dvc exp show`). The runner then copies
+what the report needs out of the workspace into ``<results>/runs/<variant>/seed-<seed>.json``, one record per seed
+(the RL summary and curve, the evaluation metrics, per-problem correctness of the RL and the SFT model), and logs
+each to its MLflow child. A seed whose record exists with the same settings key is not run again, so a killed study
+resumes where it stopped; the stages of a killed experiment that had finished come back from DVC's run cache and a
 killed RL stage resumes from its checkpoint.
 
 The workspace's params.yaml, dvc.lock, metrics/ and plots/ are saved before the first run and restored after the last
@@ -195,8 +196,8 @@ def problem_table(predictions: Path, timeout_s: float) -> dict[str, dict[str, li
     return {m: t if t["maj"] else {k: v for k, v in t.items() if k not in ("maj", "pass")} for m, t in out.items()}
 
 
-def collect(study: Study, variant: str, seed: int, params) -> dict:
-    """What one finished run left in the workspace, as the study's result record."""
+def collect(study: Study, variant: str, seed: int, params, exp_name: str) -> dict:
+    """What one seed of a finished experiment left in the workspace, as the study's result record."""
     paths, name = params.common.paths, seed_dir(seed)
 
     def read(path: Path) -> dict:
@@ -208,7 +209,7 @@ def collect(study: Study, variant: str, seed: int, params) -> dict:
     keep = lambda m: {k: v for k, v in m.items() if k.startswith(("synthetic/", "val/synthetic/"))}  # noqa: E731
     return {
         "study": study.name, "variant": variant, "label": study.variants[variant].label, "seed": seed,
-        "key": study.run_key(variant, seed), "exp_name": study.exp_name(variant, seed),
+        "key": study.run_key(variant, seed), "exp_name": exp_name,
         "overrides": study.overrides(variant, seed), "mode": params.rl.mode, "algorithm": params.rl.algorithm,
         "rl": read(Path(paths.metrics) / "rl" / f"{name}.json"),
         "curve": _read_csv(Path(paths.plots) / "rl" / f"{name}.csv"),
@@ -234,39 +235,73 @@ def log_child(run: tracking.StageRun, result: dict, params) -> None:
                   "dsmath.run_key": result["key"]})
 
 
-def run_one(study: Study, variant: str, seed: int, parent: tracking.StageRun | None, dvc: str,
-            on_line: Callable[[str], None] = print, machine: dict | None = None) -> dict:
-    """Run (or skip, when its results are current) one variant x seed; returns its result record."""
+def current_record(study: Study, variant: str, seed: int) -> dict | None:
+    """The kept record of a variant x seed if its settings key still matches (then it is not run again)."""
     out = study.result_path(variant, seed)
-    if out.exists() and json.loads(out.read_text()).get("key") == study.run_key(variant, seed):
-        on_line(f"study {study.name}: {variant} seed {seed} done before, kept")
-        return json.loads(out.read_text())
+    if not out.exists():
+        return None
+    record = json.loads(out.read_text())
+    return record if record.get("key") == study.run_key(variant, seed) else None
+
+
+def run_variant(study: Study, variant: str, seeds: list[int], parent: tracking.StageRun | None, dvc: str,
+                on_line: Callable[[str], None] = print, machine: dict | None = None) -> list[dict]:
+    """The seeds of one variant not run yet, as *one* DVC experiment (``common.rl_seeds`` = those seeds: an
+    rl@<seed> stage each, one evaluate@rl over them, the shared stages once); returns every seed's record.
+
+    MLflow: the experiment's stage runs nest under one run of the variant (kind ``study-exp``); each seed gets its
+    own child of the study's parent (kind ``study-run``: curves, evaluation, the experiment's name and ref), so the
+    compare view lines seeds and variants up. A seed's results do not depend on which seeds share its experiment.
+    """
+    kept = {s: r for s in seeds if (r := current_record(study, variant, s)) is not None}
+    for s in kept:
+        on_line(f"study {study.name}: {variant} seed {s} done before, kept")
+    todo = [s for s in seeds if s not in kept]
+    if not todo:
+        return [kept[s] for s in seeds]
     restore_params_file()
-    params = variant_params(study, variant, seed, study.profile)
-    tags = {"dsmath.kind": "study-run", "dsmath.study": study.name, "dsmath.variant": variant,
-            "dsmath.seed": str(seed)}
-    tracking.end_unfinished(params, tags)  # the child of a killed attempt
-    child = tracking.open_run(params, f"{variant} seed {seed}", tags, parent.run_id if parent else None)
-    on_line(f"study {study.name}: {variant} seed {seed}")
+    params = {s: variant_params(study, variant, s, study.profile) for s in todo}
+    first = params[todo[0]]
+    name, pid = study.exp_name(variant, todo), parent.run_id if parent else None
+    tags = {"dsmath.study": study.name, "dsmath.variant": variant}
+    seed_tags = {s: {"dsmath.kind": "study-run", **tags, "dsmath.seed": str(s)} for s in todo}
+    exp_tags = {"dsmath.kind": "study-exp", **tags}
+    for t in (exp_tags, *seed_tags.values()):
+        tracking.end_unfinished(first, t)  # the runs of a killed attempt
+    exp_run = tracking.open_run(first, f"{variant}: dvc exp {name}", exp_tags | {"dvc.exp": name}, pid)
+    children = {s: tracking.open_run(params[s], f"{variant} seed {s}", seed_tags[s], pid) for s in todo}
+    on_line(f"study {study.name}: {variant} seed{'s' if len(todo) > 1 else ''} {', '.join(map(str, todo))}")
     t0 = time.perf_counter()
-    try:  # the stage runs nest under this variant x seed's run
-        run_experiment(study.exp_name(variant, seed), study.overrides(variant, seed), study.targets,
-                       Path(study.results) / "logs" / f"{variant}-seed-{seed}.log", on_line, child.run_id, dvc)
+    try:  # the stage runs nest under the variant's experiment run
+        run_experiment(name, study.exp_overrides(variant, todo), study.targets,
+                       Path(study.results) / "logs" / f"{name}.log", on_line, exp_run.run_id, dvc)
     except StudyRunFailed:
-        tracking.close_run(child, ok=False)
+        for run in (exp_run, *children.values()):
+            tracking.close_run(run, ok=False)
         raise
-    tracking.tag_children_from_lock(child.run_id)
-    result = collect(study, variant, seed, params) | {"wall_s": round(time.perf_counter() - t0, 1),
-                                                      "exp_ref": exp_ref(study.exp_name(variant, seed)),
-                                                      "git_commit": tracking.git_tags()["git.commit"],
-                                                      **(machine or {})}
-    log_child(child, result, params)
-    tracking.close_run(child)
+    wall = time.perf_counter() - t0
+    tracking.tag_children_from_lock(exp_run.run_id)
+    ref = exp_ref(name)
+    common = {"wall_s": round(wall / len(todo), 1), "exp_wall_s": round(wall, 1), "exp_seeds": todo, "exp_ref": ref,
+              "git_commit": tracking.git_tags()["git.commit"], **(machine or {})}
+    for s in todo:
+        result = collect(study, variant, s, params[s], name) | common
+        log_child(children[s], result, params[s])
+        children[s].set_tags({"dsmath.exp_run_id": exp_run.run_id})
+        tracking.close_run(children[s])
+        _write_record(study.result_path(variant, s), result)
+        kept[s] = result
+    exp_run.set_tags({"dvc.exp_ref": ref or ""})
+    exp_run.log_metrics({"study/exp_wall_s": wall})
+    tracking.close_run(exp_run)
+    return [kept[s] for s in seeds]
+
+
+def _write_record(out: Path, result: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     os.replace(tmp, out)  # atomic: a kill leaves either no record or a whole one
-    return result
 
 
 def open_parent(study: Study, params) -> tracking.StageRun:
@@ -314,15 +349,16 @@ def study_session(study: Study) -> Iterator[tuple[Study, tracking.StageRun, dict
 
 def run_study(study: Study, variants: list[str] | None = None, seeds: list[int] | None = None,
               on_line: Callable[[str], None] = print, report: bool = True) -> list[dict]:
-    """Every (selected) variant x seed not run yet, then the report (`make study`). A failed run does not stop the
-    others: the report is written from what finished and StudyRunFailed names the failures at the end."""
+    """Every (selected) variant x seed not run yet (a variant's seeds in one experiment), then the report (`make
+    study`). A failed experiment does not stop the others: the report is written from what finished and
+    StudyRunFailed names the failures at the end."""
     from dsmath.study.report import build_study_report
 
     with study_session(study) as (study, parent, machine, dvc):
         results, failed = [], []
-        for v, s in study.runs(variants, seeds):
+        for v, todo in study.variant_runs(variants, seeds):
             try:
-                results.append(run_one(study, v, s, parent, dvc, on_line, machine))
+                results += run_variant(study, v, todo, parent, dvc, on_line, machine)
             except StudyRunFailed as err:
                 on_line(f"error: {err}")
                 failed.append(str(err))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,9 +66,22 @@ class Study:
         return [(v, s) for v in self.variants if not variants or v in variants
                 for s in self.seeds if not seeds or s in seeds]
 
+    def variant_runs(self, variants: list[str] | None = None,
+                     seeds: list[int] | None = None) -> list[tuple[str, list[int]]]:
+        """(variant, its seeds) to run, in the file's order: :meth:`runs` grouped by variant."""
+        grouped: dict[str, list[int]] = {}
+        for v, s in self.runs(variants, seeds):
+            grouped.setdefault(v, []).append(s)
+        return list(grouped.items())
+
     def overrides(self, variant: str, seed: int) -> dict[str, Any]:
-        """The dotted-key overrides of one run: shared, then the variant's, then its RL seed."""
-        return {**self.shared, **self.variants[variant].overrides, "common.rl_seeds": [seed]}
+        """The dotted-key overrides of one run (what its key and record hold): shared, the variant's, its RL seed."""
+        return self.exp_overrides(variant, [seed])
+
+    def exp_overrides(self, variant: str, seeds: Sequence[int]) -> dict[str, Any]:
+        """The overrides of the DVC experiment that runs `seeds` of `variant` together: one rl@<seed> stage per seed
+        (a seed's stage does not depend on the others'), one evaluation of them all, the shared stages once."""
+        return {**self.shared, **self.variants[variant].overrides, "common.rl_seeds": list(seeds)}
 
     def run_key(self, variant: str, seed: int) -> str:
         """Identity of a run's settings (every param it runs with, its targets): a finished run whose key still
@@ -76,9 +90,9 @@ class Study:
         text = json.dumps({"params": params, "targets": self.targets}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def exp_name(self, variant: str, seed: int) -> str:
-        """The DVC experiment's name (a valid git ref component)."""
-        return re.sub(r"[^A-Za-z0-9_-]", "-", f"{self.name}-{variant}-{seed}")
+    def exp_name(self, variant: str, seeds: Sequence[int]) -> str:
+        """The name of the DVC experiment running `seeds` of `variant` (a valid git ref component)."""
+        return re.sub(r"[^A-Za-z0-9_-]", "-", f"{self.name}-{variant}-{'-'.join(map(str, seeds))}")
 
     def result_path(self, variant: str, seed: int) -> Path:
         return Path(self.results) / "runs" / variant / f"seed-{seed}.json"
