@@ -120,6 +120,20 @@ def test_resume_equals_uninterrupted(tok):
         torch.testing.assert_close(a, b, msg=n)
 
 
+def test_bucketed_training_forwards_follow_the_single_forward(tok):
+    """rl.train_buckets > 1 changes only how the reference and policy forwards are batched: same metrics and
+    weights after two steps as one forward over the padded batch, up to floating-point order."""
+    ends = []
+    for buckets in (1, 3):
+        t = RLTrainer(cfg(train_buckets=buckets, max_new_tokens=12), tiny_model(tok), tok, PROBLEMS, LengthScorer(),
+                      seed=5)
+        metrics = [t.step(), t.step()]
+        ends.append((metrics, torch.cat([p.detach().flatten() for p in t.policy.parameters()])))
+    for key in ("rl/loss", "rl/kl", "rl/kl_loss", "rl/reward_mean"):
+        assert ends[1][0][-1][key] == pytest.approx(ends[0][0][-1][key], rel=1e-3, abs=1e-6), key
+    torch.testing.assert_close(ends[1][1], ends[0][1], rtol=1e-3, atol=1e-5)
+
+
 def test_iterative_grpo_resets_the_reference(tok):
     t = RLTrainer(cfg(ref_reset_every=1, skip_zero_advantage=False), tiny_model(tok), tok, PROBLEMS, LengthScorer(),
                   seed=1)

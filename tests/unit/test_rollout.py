@@ -18,6 +18,7 @@ from dsmath.generation.engines import (
 )
 from dsmath.generation.rollout import (
     Rollout,
+    bucketed_logprobs,
     left_pad,
     sample,
     sequence_logprobs,
@@ -264,6 +265,29 @@ def test_sequence_logprobs_differentiable(model):
     assert lp.shape == (2, 3)
     lp.sum().backward()
     assert model.lm_head.weight.grad is not None and model.lm_head.weight.grad.abs().sum() > 0
+    model.zero_grad(set_to_none=True)
+
+
+def test_bucketed_logprobs_equal_one_forward_with_gradients(model):
+    """Rows grouped by length, each group cut to its own padding: the log-probs of every real completion token and
+    the gradient are those of one forward over the whole padded batch (up to floating-point order)."""
+    r = sample(model, prompts_of([3, 11, 7, 5, 9, 2]), max_new_tokens=12, eos_token_id=[EOS], pad_token_id=PAD,
+               temperature=1.0, seed=3)
+    lengths = r.completion_mask.sum(-1)
+    if lengths.min() == lengths.max():  # make the lengths differ: cut rows at different points
+        r.completion_mask[:, 4:] = 0
+        r.completion_mask[::2] = 1
+    t, m = r.completion_ids.shape[1], r.completion_mask.bool()
+    results = []
+    for buckets in (1, 3, 6, 10):
+        model.zero_grad(set_to_none=True)
+        lp = bucketed_logprobs(model, r.input_ids, r.attention_mask, t, buckets=buckets)
+        assert lp.shape == (6, t)
+        (lp * m).sum().backward()
+        results.append((lp.detach(), model.lm_head.weight.grad.clone()))
+    for lp, grad in results[1:]:
+        torch.testing.assert_close(lp[m], results[0][0][m], rtol=0, atol=1e-5)
+        torch.testing.assert_close(grad, results[0][1], rtol=1e-4, atol=1e-5)
     model.zero_grad(set_to_none=True)
 
 

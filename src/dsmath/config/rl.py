@@ -84,6 +84,7 @@ class Rl(Section):
     ref_reset_every: NonNegInt = 0  # iterative GRPO (sec. 4.2): reference := policy every N steps (0 = never)
     prompt_levels: list[Annotated[int, Field(ge=1, le=5)]] = []
     engine: Literal["auto", "fast", "hf"] = "auto"
+    train_buckets: PosInt = 1  # reference and policy forwards over rows grouped by length, each cut to its padding
     checkpoint_every: PosInt = 25
     eval_every: NonNegInt = 25
     eval_problems: PosInt = 200

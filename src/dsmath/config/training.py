@@ -131,6 +131,7 @@ class Sft(Section):
 
     init: Literal["pretrain", "base"] = "pretrain"  # the model SFT starts from (base: no math pretraining, sec. 5.1)
     train: Loop = Loop()
+    pack: bool = False  # pack each micro-batch's examples into rows of train.seq_len (attention within each example)
     mix: Mix = Mix()
     max_examples: NonNegInt = 0  # training problems used; 0 = all
     val_examples: PosInt = 500  # held-out problems (val split) for the held-out loss

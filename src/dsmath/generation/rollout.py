@@ -322,3 +322,29 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
         logits = logits / temperature
     targets = input_ids[:, -t:]
     return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
+
+
+def bucketed_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_completion: int, *,
+                      buckets: int = 1, temperature: float = 1.0, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """:func:`sequence_logprobs` over rows grouped by real length into `buckets` forwards, each cut to its own
+    padding: the rows are sorted by prompt + completion length, split into `buckets` groups, and each group keeps
+    only the columns some row of it uses (its longest prompt's left padding, its longest completion's right
+    padding). Same (N, T) result up to floating-point order, with less padding computed when lengths vary (tool
+    outputs, early EOS). One autograd graph over the groups (several forwards before one backward: not for
+    DistributedDataParallel, whose gradient hooks expect one forward per backward). buckets <= 1: one forward."""
+    n, t = input_ids.shape[0], num_completion
+    if buckets <= 1 or n <= 1 or t == 0:
+        return sequence_logprobs(model, input_ids, attention_mask, t, temperature=temperature, dtype=dtype)
+    p = input_ids.shape[1] - t
+    prompt_len, comp_len = attention_mask[:, :p].sum(-1), attention_mask[:, p:].sum(-1)
+    order = torch.argsort(prompt_len + comp_len, stable=True)
+    parts, rows = [], []
+    for idx in order.tensor_split(min(buckets, n)):
+        pp, tt = int(prompt_len[idx].max()), max(int(comp_len[idx].max()), 1)
+        lp = sequence_logprobs(model, input_ids[idx, p - pp : p + tt], attention_mask[idx, p - pp : p + tt], tt,
+                               temperature=temperature, dtype=dtype)
+        parts.append(torch.nn.functional.pad(lp, (0, t - tt)))
+        rows.append(idx)
+    where = torch.empty_like(order)
+    where[torch.cat(rows)] = torch.arange(n, device=order.device)
+    return torch.cat(parts)[where]

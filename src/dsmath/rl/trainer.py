@@ -36,7 +36,14 @@ import torch
 from dsmath import prompts
 from dsmath.distributed import World, all_sum, any_rank, gather_objects
 from dsmath.generation.engines import autocast, position_ids
-from dsmath.generation.rollout import Rollout, ToolMode, concat_rollouts, decode_completions, sample, sequence_logprobs
+from dsmath.generation.rollout import (
+    Rollout,
+    ToolMode,
+    bucketed_logprobs,
+    concat_rollouts,
+    decode_completions,
+    sample,
+)
 from dsmath.rl import ppo as ppo_math
 from dsmath.rl.advantages import (
     equal_reward_groups,
@@ -205,11 +212,9 @@ class RLTrainer:
         with torch.no_grad():
             if self.dtype is not None:  # sampled in another precision than training: pi_old by the training forward
                 self.policy.eval()
-                lp = sequence_logprobs(self.policy, ro.input_ids, ro.attention_mask, ro.completion_ids.shape[1],
-                                       temperature=cfg.temperature, dtype=self.dtype)
+                lp = self.logprobs(self.policy, ro.input_ids, ro.attention_mask, ro.completion_ids.shape[1])
                 ro.logprobs = lp * ro.loss_mask
-            ref_lp = sequence_logprobs(self.ref, ro.input_ids, ro.attention_mask, ro.completion_ids.shape[1],
-                                       temperature=cfg.temperature, dtype=self.dtype)
+            ref_lp = self.logprobs(self.ref, ro.input_ids, ro.attention_mask, ro.completion_ids.shape[1])
         adv, extra = self.algo.advantages(self, batch, ref_lp)
         adv = adv.to(ro.completion_ids.device).contiguous()
         keep = (adv != 0).any(dim=1) if cfg.skip_zero_advantage else torch.ones(len(adv), dtype=torch.bool,
@@ -272,6 +277,14 @@ class RLTrainer:
                       pad_token_id=self.tok.pad_token_id, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
                       seed=seed, row_keys=row_keys, tool=self.tool, engine=self.cfg.engine, dtype=self.dtype)
 
+    def logprobs(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, t: int) -> torch.Tensor:
+        """(N, T) log-probs of the completions under `model` at the rollout temperature: one forward, or
+        ``rl.train_buckets`` forwards over length-sorted groups of rows (one process only: DDP wants one forward
+        per backward)."""
+        buckets = 1 if self.world.distributed else self.cfg.train_buckets
+        return bucketed_logprobs(model, input_ids, attention_mask, t, buckets=buckets,
+                                 temperature=self.cfg.temperature, dtype=self.dtype)
+
     def values(self, ro: Rollout, critic=None) -> torch.Tensor:
         """(N, T) critic values of the state before each completion token (hidden state at the previous position)."""
         p, t = ro.prompt_ids.shape[1], ro.completion_ids.shape[1]
@@ -316,8 +329,7 @@ class RLTrainer:
                     norm |= {"rows": n_rows, "tokens": n_tokens}
                 weight = 1.0 if len(mb) else 0.0  # a rank with no row this minibatch still joins DDP's all-reduce
                 mb = mb if len(mb) else rows[:1] if len(rows) else torch.zeros(1, dtype=torch.long, device=rows.device)
-                lp = sequence_logprobs(self.train_policy, ro.input_ids[mb], ro.attention_mask[mb], t,
-                                       temperature=cfg.temperature, dtype=self.dtype)
+                lp = self.logprobs(self.train_policy, ro.input_ids[mb], ro.attention_mask[mb], t)
                 old = ro.logprobs[mb] if self.algo.ratio else lp.detach()
                 loss, stats = policy_loss(lp, old, adv[mb], ro.loss_mask[mb], clip_eps=cfg.clip_eps,
                                           ref_logprobs=ref_lp[mb], beta=beta, kl=cfg.kl, aggregation=cfg.aggregation,

@@ -100,6 +100,48 @@ def pad_batch(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> d
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+def pack_batch(examples: Sequence[tuple[list[int], list[int]]], pad_id: int, capacity: int) -> dict[str, torch.Tensor]:
+    """Pack (ids, labels) examples into rows of at most `capacity` tokens: input_ids, position_ids, labels,
+    attention_mask (1 on real tokens; for counting only), each (R, T) with R <= len(examples), T <= capacity.
+
+    First-fit decreasing by length (ties by order: deterministic). Position ids restart at 0 with every example,
+    which is what makes a causal model attend only within each example (HF detects packed rows from their position
+    ids when no attention mask is given, the flash-attention convention) and see the positions it would alone. Each
+    example's first label is IGNORE, so no example's last token is trained to predict the next example's first:
+    the targets (and, up to floating-point order, the loss and its gradient) are exactly those of `pad_batch`.
+    """
+    rows: list[list[int]] = []  # example indices per row
+    room: list[int] = []
+    for i in sorted(range(len(examples)), key=lambda i: (-len(examples[i][0]), i)):
+        n = len(examples[i][0])
+        if n > capacity:
+            raise ValueError(f"an example of {n} tokens does not fit a packed row of {capacity}")
+        row = next((r for r, free in enumerate(room) if free >= n), None)
+        if row is None:
+            rows.append([])
+            room.append(capacity)
+            row = len(rows) - 1
+        rows[row].append(i)
+        room[row] -= n
+    t = max(capacity - free for free in room)
+    ids = torch.full((len(rows), t), pad_id, dtype=torch.long)
+    labels = torch.full((len(rows), t), IGNORE, dtype=torch.long)
+    pos = torch.zeros((len(rows), t), dtype=torch.long)
+    mask = torch.zeros((len(rows), t), dtype=torch.long)
+    for r, members in enumerate(rows):
+        at = 0
+        for i in members:
+            x, y = examples[i]
+            n = len(x)
+            ids[r, at : at + n] = torch.tensor(x)
+            labels[r, at + 1 : at + n] = torch.tensor(y[1:n])
+            pos[r, at : at + n] = torch.arange(n)
+            mask[r, at : at + n] = 1
+            at += n
+        pos[r, at:] = torch.arange(t - at) + (pos[r, at - 1] + 1 if at else 0)  # pads continue the last example
+    return {"input_ids": ids, "position_ids": pos, "labels": labels, "attention_mask": mask}
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # the schedule
 

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from dsmath.train import checkpoint
 from dsmath.train.data import IGNORE, StepSchedule
 
-MakeBatch = Callable[[Sequence[int]], dict[str, torch.Tensor]]  # row indices -> {input_ids, labels[, attention_mask]}
+MakeBatch = Callable[[Sequence[int]], dict[str, torch.Tensor]]  # rows -> {input_ids, labels[, attention_mask, ...]}
 LogFn = Callable[[dict[str, float], int], None]  # (metrics, step)
 
 
@@ -102,8 +102,12 @@ def _step(model, accelerator, micro: list[dict[str, torch.Tensor]]) -> tuple[tor
         with sync:
             b = {k: v.to(accelerator.device) for k, v in b.items()}
             # batches are right-padded: under the causal mask no real token attends to a later pad, so the padding
-            # mask is not passed and attention keeps its fast causal kernel (pad positions carry no loss)
-            logits = model(input_ids=b["input_ids"]).logits
+            # mask is not passed and attention keeps its fast causal kernel (pad positions carry no loss); packed
+            # batches (data.pack_batch) pass position ids instead, from which attention is kept within each example
+            if "position_ids" in b:
+                logits = model(input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False).logits
+            else:
+                logits = model(input_ids=b["input_ids"]).logits
             nll, _ = token_nll(logits, b["labels"])
             accelerator.backward(nll * scale)
             nll_total += nll.detach()

@@ -44,7 +44,8 @@ def sft(params, accelerator, log: LogFn) -> recipes.Outcome:
     model, state = train(
         model,
         section.train,
-        lambda rows: data.pad_batch([examples[i] for i in rows], pad),
+        (lambda rows: data.pack_batch([examples[i] for i in rows], pad, section.train.seq_len)) if section.pack
+        else (lambda rows: data.pad_batch([examples[i] for i in rows], pad)),
         len(examples),
         seed,
         accelerator,
