@@ -17,6 +17,7 @@ backward / optimiser / other), peak RSS, and the machine's fp32 matmul GFLOP/s m
 
     .venv/bin/python benchmarks/bench_vs_trl.py --steps 6 --repeats 2 --out benchmarks/results/vs_trl.json
     .venv/bin/python benchmarks/bench_vs_trl.py --skip-zero-advantage ...   # also dsmath with the optional skip
+    .venv/bin/python benchmarks/bench_vs_trl.py --train-buckets 4 ...        # also dsmath with rl.train_buckets 4
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ def shared_setup(args):
         "aggregation": "seq-mean-token-mean", "scale_rewards": True, "warmup_steps": 0, "dynamic_sampling": False,
         "overlong_buffer": 0, "clip_eps_high": None, "importance_ratio": "token", "ref_reset_every": 0,
         "skip_zero_advantage": args.skip_zero_advantage,
+        "train_buckets": args.train_buckets if getattr(args, "side", None) == "dsmath-buckets" else 1,
     })
     train, _ = rl_problems(params)
     reward = build_reward("accuracy", args.mode, params.rewards, params.sandbox)
@@ -153,7 +155,7 @@ def run_dsmath(args) -> dict:
     def forward_phase(model, *a, **k):
         return "reference" if model is trainer.ref else "policy_forward" if torch.is_grad_enabled() else "old_policy"
 
-    trainer_mod.sequence_logprobs = phases.wrap(trainer_mod.sequence_logprobs, forward_phase)
+    trainer_mod.bucketed_logprobs = phases.wrap(trainer_mod.bucketed_logprobs, forward_phase)
     trainer.rollout = phases.wrap(trainer.rollout, "generate")
     trainer.scorer = phases.wrap(trainer.scorer, "reward")
     rewards = []
@@ -162,7 +164,7 @@ def run_dsmath(args) -> dict:
         m = trainer.step()
         phases.lap(time.perf_counter() - t0)
         rewards.append(m["rl/reward_mean"])
-    return summary(phases, "dsmath-skip" if args.skip_zero_advantage else "dsmath", args,
+    return summary(phases, args.side, args,
                    {"reward_mean": rewards, "completion_tokens_mean": m["rl/response_len_mean"]})
 
 
@@ -255,7 +257,7 @@ def measure(side: str, args, python: Path) -> dict:
         cmd = [str(python), __file__, "--side", side, "--result", f.name, "--model", args.model, "--mode", args.mode,
                "--questions", str(args.questions), "--group", str(args.group), "--new-tokens", str(args.new_tokens),
                "--beta", str(args.beta), "--steps", str(args.steps), "--seed", str(args.seed),
-               "--threads", str(args.threads)]
+               "--threads", str(args.threads), "--train-buckets", str(args.train_buckets)]
         env = os.environ | {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": str(args.threads),
                             "TOKENIZERS_PARALLELISM": "false"}
         subprocess.run(cmd + (["--skip-zero-advantage"] if side == "dsmath-skip" else []), check=True, env=env,
@@ -279,7 +281,9 @@ def main() -> None:
     ap.add_argument("--skip-zero-advantage", action="store_true",
                     help="as a worker: dsmath with rl.skip_zero_advantage; as the driver: add that side too")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "vs_trl.json"))
-    ap.add_argument("--side", choices=["dsmath", "dsmath-skip", "trl"], help=argparse.SUPPRESS)
+    ap.add_argument("--train-buckets", type=int, default=0,
+                    help="also dsmath with rl.train_buckets = N (length-bucketed training forwards); 0: not run")
+    ap.add_argument("--side", choices=["dsmath", "dsmath-skip", "dsmath-buckets", "trl"], help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.side:  # a worker
@@ -288,7 +292,8 @@ def main() -> None:
         return
     trl_py = trl_python(args.trl)
     sides = {"dsmath": Path(sys.executable), "trl": trl_py} | (
-        {"dsmath-skip": Path(sys.executable)} if args.skip_zero_advantage else {})
+        {"dsmath-skip": Path(sys.executable)} if args.skip_zero_advantage else {}) | (
+        {"dsmath-buckets": Path(sys.executable)} if args.train_buckets > 1 else {})
     runs = [measure(side, args, py) for _ in range(args.repeats) for side, py in sides.items()]
     by_side = {s: [r for r in runs if r["side"] == s] for s in sides}
     med = {s: statistics.median(r["s_per_step_median"] for r in rs) for s, rs in by_side.items()}
