@@ -389,6 +389,28 @@ def test_study_report_equals_the_run_records_the_experiments_and_mlflow(repo, st
     assert len(findings) == 1 and any(v in findings[0] for v in ("holds", "does not hold", "inconclusive"))
 
 
+def test_a_seeds_record_does_not_depend_on_the_seeds_sharing_its_experiment(repo, study):
+    """grpo seed 1234 alone in its experiment (common.rl_seeds=[1234]) gives the record it got next to seed 1235:
+    the same RL run (its stage's params hold no seed list) and, from an evaluation re-run under the other seed
+    list, the same metrics and per-problem results (timings aside)."""
+    (repo / "configs" / "study-alone.yaml").write_text(
+        "name: alone\nseeds: [1234]\ntargets: [evaluate@sft, evaluate@rl]\nresults: study/alone\n"
+        "report: reports/study-alone.md\nshared:\n  rl.steps: 4\nvariants:\n  grpo: {overrides: {}}\n")
+    proc = _run(repo, sys.executable, "-m", "dsmath.study", "run", "--study", "configs/study-alone.yaml")
+    assert "Running stage 'evaluate@rl'" in proc.stdout
+    alone = json.loads((repo / "study" / "alone" / "runs" / "grpo" / "seed-1234.json").read_text())
+    shared = json.loads((repo / "study" / "smoke" / "runs" / "grpo" / "seed-1234.json").read_text())
+    assert alone["exp_name"] == "alone-grpo-1234" and shared["exp_name"] == "smoke-grpo-1234-1235"
+
+    def untimed(m: dict) -> dict:  # wall times, rates and peak memory vary from run to run
+        return {k: v for k, v in m.items() if not k.endswith(("_s", "_per_s")) and k not in ("s_per_step",
+                                                                                              "peak_rss_mb")}
+
+    assert alone["curve"] == shared["curve"] and alone["problems"] == shared["problems"]
+    for key in ("rl", "eval", "sft_eval"):
+        assert untimed(alone[key]) == untimed(shared[key]), key
+
+
 def test_changing_an_rl_param_reruns_only_rl_and_downstream(repo):
     """Last (it changes the workspace): `dvc exp run -S rl.algorithm=ppo` re-runs exactly the rl@<seed> stages,
     evaluate@rl and report

@@ -3,7 +3,6 @@ and the report's statistics and verdicts, checked against numbers computed by ha
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -69,17 +68,17 @@ def test_a_bad_variant_fails_at_load_naming_it(tmp_path):
 
 def test_run_order_keys_and_names():
     study = load_study(ROOT / "configs" / "study-smoke.yaml", ROOT / "configs" / "smoke.yaml")
-    assert study.runs() == [("grpo", 1234), ("online_rft", 1234)]
-    assert study.runs(["online_rft"]) == [("online_rft", 1234)]
+    assert study.runs() == [("grpo", 1234), ("grpo", 1235), ("online_rft", 1234), ("online_rft", 1235)]
+    assert study.runs(["online_rft"], [1235]) == [("online_rft", 1235)]
+    assert study.variant_runs() == [("grpo", [1234, 1235]), ("online_rft", [1234, 1235])]
+    assert study.variant_runs(seeds=[1235]) == [("grpo", [1235]), ("online_rft", [1235])]
     assert study.overrides("online_rft", 1234) == {"rl.steps": 4, "rl.algorithm": "online_rft",
                                                    "common.rl_seeds": [1234]}
+    assert study.exp_overrides("grpo", [1234, 1235]) == {"rl.steps": 4, "common.rl_seeds": [1234, 1235]}
     assert study.run_key("grpo", 1234) != study.run_key("online_rft", 1234)
+    assert study.run_key("grpo", 1234) != study.run_key("grpo", 1235)
     assert study.exp_name("online_rft", [1234]) == "smoke-online_rft-1234"
     assert study.exp_name("grpo", [1234, 1235]) == "smoke-grpo-1234-1235"
-    assert study.variant_runs() == [("grpo", [1234]), ("online_rft", [1234])]
-    two = dataclasses.replace(study, seeds=[1234, 1235])
-    assert two.variant_runs(seeds=[1235]) == [("grpo", [1235]), ("online_rft", [1235])]
-    assert two.exp_overrides("grpo", [1234, 1235]) == {"rl.steps": 4, "common.rl_seeds": [1234, 1235]}
     with pytest.raises(ParamsError, match="no variant ppo"):
         study.runs(["ppo"])
 
