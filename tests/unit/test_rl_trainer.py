@@ -120,13 +120,15 @@ def test_resume_equals_uninterrupted(tok):
         torch.testing.assert_close(a, b, msg=n)
 
 
-def test_bucketed_training_forwards_follow_the_single_forward(tok):
+@pytest.mark.parametrize("extra", [{}, {"algorithm": "ppo"}, {"skip_zero_advantage": True}, {"minibatches": 2},
+                                   {"advantage": "process"}], ids=["grpo", "ppo", "skip", "minibatches", "process"])
+def test_bucketed_training_forwards_follow_the_single_forward(tok, extra):
     """rl.train_buckets > 1 changes only how the reference and policy forwards are batched: same metrics and
     weights after two steps as one forward over the padded batch, up to floating-point order."""
     ends = []
     for buckets in (1, 3):
-        t = RLTrainer(cfg(train_buckets=buckets, max_new_tokens=12), tiny_model(tok), tok, PROBLEMS, LengthScorer(),
-                      seed=5)
+        t = RLTrainer(cfg(train_buckets=buckets, max_new_tokens=12, **extra), tiny_model(tok), tok, PROBLEMS,
+                      LengthScorer(), seed=5)
         metrics = [t.step(), t.step()]
         ends.append((metrics, torch.cat([p.detach().flatten() for p in t.policy.parameters()])))
     for key in ("rl/loss", "rl/kl", "rl/kl_loss", "rl/reward_mean"):
