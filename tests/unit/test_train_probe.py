@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 
+import torch
+
 from dsmath import tracking
 from dsmath.config import Probe, Rewards, Sandbox
 from dsmath.train import probe, report
@@ -19,8 +21,8 @@ def test_probe_metrics_hand_computed(monkeypatch):
     class FakeGenerator:
         last_number = False
 
-        def __init__(self, model, tok, cfg, sandbox_cfg, seed):
-            assert cfg.n_samples == 2 and cfg.k == [1, 2]
+        def __init__(self, model, tok, cfg, sandbox_cfg, seed, dtype=None):
+            assert cfg.n_samples == 2 and cfg.k == [1, 2] and dtype is None
 
         def __call__(self, questions, mode, temperature):
             if temperature == 0:
@@ -47,10 +49,12 @@ def test_probe_reports_every_mode_with_the_headline_first(monkeypatch):
         row = {"question": "q", "gold": "1", "greedy": "g", "greedy_correct": True, "sample_correct": [True, False]}
         return {"greedy": {"cot": 0.1, "tool": 0.6}[mode], "pass@1": 0.5, "pass@2": 0.9, "n": 1.0}, [row]
 
-    monkeypatch.setattr(probe, "Generator", lambda *a: None)
+    dtypes = []
+    monkeypatch.setattr(probe, "Generator", lambda *a, dtype=None: dtypes.append(dtype))
     monkeypatch.setattr(probe, "evaluate_split", fake_split)
     metrics, rows = probe.accuracy_probe(None, None, [{}], Probe(k=2, mode="tool", modes=["cot", "tool"]),
-                                         Sandbox(), Rewards(), seed=0)
+                                         Sandbox(), Rewards(), seed=0, dtype=torch.bfloat16)
+    assert dtypes == [torch.bfloat16]  # the probe decodes in common.dtype, as the evaluate stage does
     assert calls == [("tool", True), ("cot", False)]
     assert metrics["greedy_acc"] == 0.6 and metrics["cot/greedy"] == 0.1 and metrics["tool/pass@2"] == 0.9
     assert rows[0]["mode"] == "tool" and "cot/n" not in metrics

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from dsmath import model as models
 from dsmath.data.io import read_jsonl
+from dsmath.distributed import resolve_dtype
 from dsmath.train import causal, data, evaluate, probe, recipes
 from dsmath.train.loop import LogFn, train
 
@@ -69,5 +70,5 @@ def sft(params, accelerator, log: LogFn) -> recipes.Outcome:
     )
     probe_set = read_jsonl(synthetic / "val.jsonl")[: section.probe.n_problems]  # never the test split
     probe_metrics, rows = probe.accuracy_probe(model, tokenizer, probe_set, section.probe, params.sandbox,
-                                              params.rewards, seed)
+                                              params.rewards, seed, resolve_dtype(params.common.dtype))
     return recipes.Outcome(model, tokenizer, state.history, metrics | probe_metrics, rows)
