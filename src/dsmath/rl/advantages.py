@@ -1,5 +1,5 @@
 """Advantage estimators of DeepSeekMath's GRPO (sec. 4.1.2 outcome, 4.1.3 process); the trainer picks one by
-`rl.advantage` (`dsmath.rl.trainer.GRPO_ADVANTAGES`).
+`rl.advantage` (`dsmath.rl.algorithms.GRPO_ADVANTAGES`).
 
 All functions are tensor in / tensor out. Groups are laid out consecutively: rows ``g*G .. g*G+G-1`` of a ``(B*G, ...)``
 tensor are the G sampled outputs of question g.
