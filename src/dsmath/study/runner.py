@@ -196,8 +196,9 @@ def problem_table(predictions: Path, timeout_s: float) -> dict[str, dict[str, li
     return {m: t if t["maj"] else {k: v for k, v in t.items() if k not in ("maj", "pass")} for m, t in out.items()}
 
 
-def collect(study: Study, variant: str, seed: int, params, exp_name: str) -> dict:
-    """What one seed of a finished experiment left in the workspace, as the study's result record."""
+def collect(study: Study, variant: str, seed: int, params, exp_name: str, sft_problems: dict) -> dict:
+    """What one seed of a finished experiment left in the workspace, as the study's result record (`sft_problems`:
+    the SFT model's :func:`problem_table`, shared by the experiment's seeds)."""
     paths, name = params.common.paths, seed_dir(seed)
 
     def read(path: Path) -> dict:
@@ -215,7 +216,7 @@ def collect(study: Study, variant: str, seed: int, params, exp_name: str) -> dic
         "curve": _read_csv(Path(paths.plots) / "rl" / f"{name}.csv"),
         "eval": keep(rl_eval), "sft_eval": keep(sft_eval), "sft": read(Path(paths.metrics) / "sft.json"),
         "problems": {"rl": problem_table(Path(paths.eval) / "rl" / name / "predictions.jsonl", timeout),
-                     "sft": problem_table(Path(paths.eval) / "sft" / "predictions.jsonl", timeout)},
+                     "sft": sft_problems},
     }
 
 
@@ -284,8 +285,10 @@ def run_variant(study: Study, variant: str, seeds: list[int], parent: tracking.S
     ref = exp_ref(name)
     common = {"wall_s": round(wall / len(todo), 1), "exp_wall_s": round(wall, 1), "exp_seeds": todo, "exp_ref": ref,
               "git_commit": tracking.git_tags()["git.commit"], **(machine or {})}
+    sft_problems = problem_table(Path(first.common.paths.eval) / "sft" / "predictions.jsonl",
+                                 first.rewards.equivalence_timeout_s)  # the same SFT model for every seed
     for s in todo:
-        result = collect(study, variant, s, params[s], name) | common
+        result = collect(study, variant, s, params[s], name, sft_problems) | common
         log_child(children[s], result, params[s])
         children[s].set_tags({"dsmath.exp_run_id": exp_run.run_id})
         tracking.close_run(children[s])
