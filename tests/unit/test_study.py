@@ -128,7 +128,26 @@ def test_verdict_rule():
     assert sr.verdict(0.05, 0.02) == "holds" and sr.verdict(0.03, 0.02) == "inconclusive"
     assert sr.verdict(-0.05, 0.02) == "does not hold" and sr.verdict(None, 0.02) == "inconclusive"
     assert sr.verdict(-1.0, 0.1, lower_is_better=True) == "holds"
-    assert sr.verdict(0.01, 0.02, expect="same") == "holds" and sr.verdict(0.05, 0.02, expect="same") == "does not hold"
+    # no difference claimed: shown only when the whole 2-SE interval lies within the margin
+    assert sr.verdict(0.05, 0.02, expect="same") == "does not hold"
+    assert sr.verdict(0.005, 0.005, expect="same", margin=0.02) == "holds"  # |d| + 2 SE = 0.015
+    assert sr.verdict(0.01, 0.02, expect="same", margin=0.02) == "inconclusive"  # 0.05: too uncertain to tell
+
+
+def test_seed_se_pools_every_variant_of_the_mode():
+    # greedy per seed: x (1.0, .75) var 1/32; y (.5, .5) var 0; z (.25, .75) var 1/8; pooled over 3 df: 5/96
+    results = {"x": {1: _record([1, 1, 1, 1], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 0], [0, 0, 0, 0], 1.0)},
+               "y": {1: _record([1, 1, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([0, 0, 1, 1], [0, 0, 0, 0], 1.0)},
+               "z": {1: _record([1, 0, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 0], [0, 0, 0, 0], 1.0)}}
+    pooled, df = sr.pooled_seed_sd(results, "greedy", "tool")
+    assert df == 3 and pooled == pytest.approx(math.sqrt(5 / 96))
+    row = sr.finding_row(Finding(claim="c", source="s", a="x", b="y"), results)
+    assert row["diff"] == pytest.approx(0.375) and row["seed_se"] == pytest.approx(math.sqrt(5 / 96))  # sqrt(1/2+1/2)
+    assert row["se"] == pytest.approx(math.sqrt(row["paired_se"] ** 2 + 5 / 96))
+    vs_sft = sr.finding_row(Finding(claim="c", source="s", a="x", b="sft"), results)
+    assert vs_sft["seed_se"] == pytest.approx(math.sqrt(5 / 96 / 2))  # the SFT model is one fixed model
+    cost = sr.finding_row(Finding(claim="c", source="s", a="x", b="y", metric="s_per_step"), results)
+    assert cost["seed_se"] is None and cost["se"] == pytest.approx(0.0)  # costs: the pair's own sd
 
 
 def test_report_tables_are_the_records(tmp_path, monkeypatch):

@@ -96,25 +96,45 @@ def paired_difference(a_runs: dict[int, dict], b_runs: dict[int, dict], metric: 
     return out
 
 
+def pooled_seed_sd(results: dict[str, dict[int, dict]], metric: str, mode: str) -> tuple[float, int] | None:
+    """The across-seed sd of `metric` pooled over every variant run in `mode` (each variant's seed variance, weighted
+    by its degrees of freedom), and those degrees of freedom; None with no variant of two seeds. With two seeds a
+    pair's own sd has one degree of freedom; the pool has one per variant."""
+    ss, df = 0.0, 0
+    for runs in results.values():
+        values = [v for r in runs.values() if r["mode"] == mode
+                  and (v := metric_of(r, metric, mode)) is not None]
+        if len(values) >= 2:
+            ss += sd(values) ** 2 * (len(values) - 1)
+            df += len(values) - 1
+    return (math.sqrt(ss / df), df) if df else None
+
+
 def total_se(d: dict) -> float | None:
-    """Standard error of the mean difference from both sources: the test problems (paired SE) and the seeds
-    (sd / sqrt(n)), added in quadrature; None when neither is known."""
+    """Standard error of the mean difference from both sources, added in quadrature: the test problems (paired SE)
+    and the seeds (`seed_se` when set, else the pair's own sd / sqrt(n)); None when neither is known."""
     parts = []
     if d.get("paired_se") is not None:
         parts.append(d["paired_se"])
-    if d["n_seeds"] >= 2 and not math.isnan(d["sd_seeds"]):
+    if d.get("seed_se") is not None:
+        parts.append(d["seed_se"])
+    elif d["n_seeds"] >= 2 and not math.isnan(d["sd_seeds"]):
         parts.append(d["sd_seeds"] / math.sqrt(d["n_seeds"]))
     return math.sqrt(sum(p * p for p in parts)) if parts else None
 
 
-def verdict(diff: float | None, se: float | None, lower_is_better: bool = False, expect: str = "better") -> str:
+def verdict(diff: float | None, se: float | None, lower_is_better: bool = False, expect: str = "better",
+            margin: float = 0.02) -> str:
     """The rule every finding is judged by. `better`: the claimed direction beats the other by more than 2 standard
     errors -> holds; the opposite direction by more than 2 -> does not hold; otherwise (or no SE) -> inconclusive.
-    `same` (no difference claimed): |difference| <= 2 SE -> holds (none detected), else does not hold."""
+    `same` (no difference claimed): |difference| > 2 SE -> does not hold; the whole interval difference +- 2 SE
+    inside +- `margin` -> holds (equivalence shown); otherwise inconclusive (too uncertain to tell)."""
     if diff is None or se is None:
         return "inconclusive"
     if expect == "same":
-        return "holds" if abs(diff) <= 2 * se else "does not hold"
+        if abs(diff) > 2 * se:
+            return "does not hold"
+        return "holds" if abs(diff) + 2 * se <= margin else "inconclusive"
     signed = -diff if lower_is_better else diff
     if se == 0:
         return "holds" if signed > 0 else "does not hold" if signed < 0 else "inconclusive"
@@ -125,7 +145,10 @@ def verdict(diff: float | None, se: float | None, lower_is_better: bool = False,
     return "inconclusive"
 
 
-def finding_row(f: Finding, results: dict[str, dict[int, dict]]) -> dict:
+def finding_row(f: Finding, results: dict[str, dict[int, dict]], margin: float = 0.02) -> dict:
+    """One claim's difference, its uncertainty and verdict. For accuracies the seed part of the SE is the pooled
+    across-seed sd (:func:`pooled_seed_sd`) times sqrt(1/n_a + 1/n_b) (n_b -> infinity against the SFT model, one
+    fixed model); costs use the pair's own sd over seeds."""
     if f.a not in results or (f.b not in results and f.b != "sft"):
         return {"finding": f, "diff": None, "se": None, "verdict": "not run"}
     mode = next(iter(results[f.a].values()))["mode"]
@@ -133,9 +156,15 @@ def finding_row(f: Finding, results: dict[str, dict[int, dict]]) -> dict:
         d = paired_difference(results[f.a], {}, f.metric, mode, b_model="sft")
     else:
         d = paired_difference(results[f.a], results[f.b], f.metric, mode)
+    d["seed_se"], d["pooled_sd"], d["pooled_df"] = None, None, 0
+    pooled = None if f.metric in COST_METRICS else pooled_seed_sd(results, f.metric, mode)
+    if pooled is not None and d["n_seeds"]:
+        n_b = len(results[f.b]) if f.b != "sft" else math.inf
+        d["pooled_sd"], d["pooled_df"] = pooled
+        d["seed_se"] = pooled[0] * math.sqrt(1 / len(results[f.a]) + 1 / n_b)
     se = total_se(d)
     return {"finding": f, "mode": mode, **d, "se": se,
-            "verdict": verdict(d["diff"], se, f.lower_is_better, f.expect)}
+            "verdict": verdict(d["diff"], se, f.lower_is_better, f.expect, margin)}
 
 
 def variant_rows(results: dict[str, dict[int, dict]], study: Study) -> list[dict]:
@@ -341,19 +370,28 @@ def render(study: Study, rows: list[dict], findings: list[dict], figures: dict[s
               + "; ".join(f"{r['variant']} {fmt(r['sft_greedy'])}" for r in rows) + ".", "",
               "## Findings", "",
               "Rule: the claimed direction exceeds the other by more than 2 standard errors -> **holds**; the opposite "
-              "by more than 2 -> **does not hold**; else **inconclusive**. SE = paired SE over problems and "
-              "sd/sqrt(seeds) added in quadrature (costs: seeds only).", "",
-              "| paper's claim | source | comparison | difference | sd seeds | paired SE | SE | verdict |",
-              "|---|---|---|---:|---:|---:|---:|---|"]
+              "by more than 2 -> **does not hold**; else **inconclusive**. A claim of no difference: more than 2 SE "
+              "apart -> **does not hold**; the interval difference ± 2 SE inside "
+              f"±{_scaled(study.equivalence_margin, 100.0)} points -> **holds**; else **inconclusive**. "
+              "SE = the paired SE over problems and the seed SE added in quadrature. The seed SE of an accuracy is "
+              "the across-seed sd pooled over every variant in the same mode (df = its degrees of freedom: with "
+              f"{len(study.seeds)} seeds a pair's own sd, shown beside it, has {len(study.seeds) - 1}) times "
+              "sqrt(1/n_a + 1/n_b) (against the SFT model, one fixed model: sqrt(1/n_a)); costs: the pair's own "
+              "sd / sqrt(seeds).", "",
+              "| paper's claim | source | comparison | difference | sd seeds (pair) | seed SE (pooled sd, df) "
+              "| paired SE | SE | verdict |",
+              "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for row in findings:
         f = row["finding"]
         if row["verdict"] == "not run":
-            lines.append(f"| {f.claim} | {f.source} | {f.a} vs {f.b} | - | - | - | - | not run |")
+            lines.append(f"| {f.claim} | {f.source} | {f.a} vs {f.b} | - | - | - | - | - | not run |")
             continue
         scale = 1.0 if f.metric in COST_METRICS else 100.0
         unit = "" if f.metric in COST_METRICS else " pts"
+        pooled = "-" if row.get("seed_se") is None else (
+            f"{_scaled(row['seed_se'], scale)} ({_scaled(row['pooled_sd'], scale)}, {row['pooled_df']})")
         lines.append(f"| {f.claim} | {f.source} | {f.a} - {f.b}, {f.metric} ({row.get('mode')}) | "
-                     f"{_scaled(row['diff'], scale, True)}{unit} | {_scaled(row['sd_seeds'], scale)} | "
+                     f"{_scaled(row['diff'], scale, True)}{unit} | {_scaled(row['sd_seeds'], scale)} | {pooled} | "
                      f"{_scaled(row['paired_se'], scale)} | {_scaled(row['se'], scale)} | **{row['verdict']}** |")
     lines += ["", "## Figures", ""]
     for name, path in figures.items():
@@ -369,7 +407,7 @@ def build_study_report(study: Study, parent=None) -> dict:
     fig_dir.mkdir(parents=True, exist_ok=True)
     labels = {v: study.variants[v].label for v in study.variants}
     rows = variant_rows(results, study)
-    findings = [finding_row(f, results) for f in study.findings]
+    findings = [finding_row(f, results, study.equivalence_margin) for f in study.findings]
     curves, ks = curve_rows(results), k_rows(results)
     write_csv(fig_dir / "curves.csv", curves)
     write_csv(fig_dir / "k_curves.csv", ks)

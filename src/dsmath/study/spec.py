@@ -57,6 +57,7 @@ class Study:
     results: str = "study"
     report: str = "reports/study.md"
     profile: str = "params.yaml"  # the params file the variants overlay
+    equivalence_margin: float = 0.02  # an `expect: same` finding holds when its 2-SE interval lies within +- this
 
     def runs(self, variants: list[str] | None = None, seeds: list[int] | None = None) -> list[tuple[str, int]]:
         """(variant, seed) pairs to run, variant-major in the file's order (a subset when asked)."""
@@ -139,7 +140,8 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
         raw = yaml.safe_load(p.read_text()) or {}
     except FileNotFoundError:
         raise ParamsError(f"{p}: study file not found") from None
-    known = {"name", "seeds", "targets", "shared", "variants", "figures", "findings", "results", "report"}
+    known = {"name", "seeds", "targets", "shared", "variants", "figures", "findings", "results", "report",
+             "equivalence_margin"}
     if extra := sorted(set(raw) - known):
         raise ParamsError(f"{p}: unknown keys {', '.join(extra)} (allowed: {', '.join(sorted(known))})")
     variants = {}
@@ -161,7 +163,8 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
                   targets=list(raw.get("targets") or ["evaluate@sft", "evaluate@rl"]),
                   shared=dict(raw.get("shared") or {}), variants=variants, figures=figures, findings=findings,
                   results=str(raw.get("results") or f"study/{raw.get('name') or p.stem}"),
-                  report=str(raw.get("report") or "reports/study.md"), profile=str(params_file))
+                  report=str(raw.get("report") or "reports/study.md"), profile=str(params_file),
+                  equivalence_margin=float(raw.get("equivalence_margin", 0.02)))
     for f in findings:
         for v in (f.a, f.b):
             if v not in variants and not (v == "sft" and v is f.b):
