@@ -29,6 +29,10 @@ def _mlflow():
     return mlflow
 
 
+# the UI opens an experiment without this tag in its GenAI (traces) view; runs, curves and models are its training view
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
 def tracking_uri(tracking) -> str:
     """`MLFLOW_TRACKING_URI` if set, else the params' URI (a relative sqlite path is taken from the cwd)."""
     return os.environ.get("MLFLOW_TRACKING_URI") or tracking.uri
@@ -40,12 +44,15 @@ def setup(tracking) -> str:
     mlflow.set_tracking_uri(tracking_uri(tracking))
     exp = mlflow.get_experiment_by_name(tracking.experiment)
     if exp is not None:
+        if exp.tags.get(EXPERIMENT_KIND[0]) is None:  # a store made before the tag: open it as training too
+            mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
         return exp.experiment_id
     location = None
     if not os.environ.get("MLFLOW_TRACKING_URI"):  # embedded default: artefacts next to the SQLite file
         location = Path(tracking.artifacts).resolve().as_uri()
     try:
-        return mlflow.create_experiment(tracking.experiment, artifact_location=location)
+        return mlflow.create_experiment(tracking.experiment, artifact_location=location,
+                                        tags=dict([EXPERIMENT_KIND]))
     except Exception:  # created concurrently by another process
         return mlflow.get_experiment_by_name(tracking.experiment).experiment_id
 
