@@ -11,6 +11,7 @@ import pytest
 
 from dsmath.config import ParamsError
 from dsmath.study import report as sr
+from dsmath.study import stats
 from dsmath.study.runner import exp_command, hydra_value
 from dsmath.study.spec import Finding, apply, dotted_to_nested, load_study, variant_params
 
@@ -110,28 +111,28 @@ def _record(greedy: list[int], sft: list[int], s_per_step: float, maj: list[int]
 def test_paired_difference_by_hand():
     a = {1: _record([1, 1, 0, 1], [0, 1, 0, 0], 2.0), 2: _record([1, 0, 0, 1], [0, 1, 0, 0], 2.2)}
     b = {1: _record([0, 1, 0, 1], [0, 1, 0, 0], 3.0), 2: _record([0, 0, 1, 1], [0, 1, 0, 0], 3.4)}
-    d = sr.paired_difference(a, b, "greedy", "tool")
+    d = stats.paired_difference(a, b, "greedy", "tool")
     # per seed: 0.75 - 0.5 = 0.25 and 0.5 - 0.5 = 0; per problem seed means a (1, .5, 0, 1), b (0, .5, .5, 1)
     assert d["diff"] == pytest.approx(0.125) and d["sd_seeds"] == pytest.approx(math.sqrt(2 * 0.125 ** 2))
     diffs = [1.0, 0.0, -0.5, 0.0]
     m = sum(diffs) / 4
     se = math.sqrt(sum((x - m) ** 2 for x in diffs) / 3 / 4)
     assert d["paired_se"] == pytest.approx(se) and d["n_problems"] == 4
-    assert sr.total_se(d) == pytest.approx(math.sqrt(se ** 2 + d["sd_seeds"] ** 2 / 2))
-    cost = sr.paired_difference(a, b, "s_per_step", "tool")
+    assert stats.total_se(d) == pytest.approx(math.sqrt(se ** 2 + d["sd_seeds"] ** 2 / 2))
+    cost = stats.paired_difference(a, b, "s_per_step", "tool")
     assert cost["diff"] == pytest.approx(-1.1) and cost["paired_se"] is None
-    gain = sr.paired_difference(a, {}, "greedy", "tool", b_model="sft")  # against each run's own SFT model
+    gain = stats.paired_difference(a, {}, "greedy", "tool", b_model="sft")  # against each run's own SFT model
     assert gain["diff"] == pytest.approx((0.5 + 0.25) / 2)
 
 
 def test_verdict_rule():
-    assert sr.verdict(0.05, 0.02) == "holds" and sr.verdict(0.03, 0.02) == "inconclusive"
-    assert sr.verdict(-0.05, 0.02) == "does not hold" and sr.verdict(None, 0.02) == "inconclusive"
-    assert sr.verdict(-1.0, 0.1, lower_is_better=True) == "holds"
+    assert stats.verdict(0.05, 0.02) == "holds" and stats.verdict(0.03, 0.02) == "inconclusive"
+    assert stats.verdict(-0.05, 0.02) == "does not hold" and stats.verdict(None, 0.02) == "inconclusive"
+    assert stats.verdict(-1.0, 0.1, lower_is_better=True) == "holds"
     # no difference claimed: shown only when the whole 2-SE interval lies within the margin
-    assert sr.verdict(0.05, 0.02, expect="same") == "does not hold"
-    assert sr.verdict(0.005, 0.005, expect="same", margin=0.02) == "holds"  # |d| + 2 SE = 0.015
-    assert sr.verdict(0.01, 0.02, expect="same", margin=0.02) == "inconclusive"  # 0.05: too uncertain to tell
+    assert stats.verdict(0.05, 0.02, expect="same") == "does not hold"
+    assert stats.verdict(0.005, 0.005, expect="same", margin=0.02) == "holds"  # |d| + 2 SE = 0.015
+    assert stats.verdict(0.01, 0.02, expect="same", margin=0.02) == "inconclusive"  # 0.05: too uncertain to tell
 
 
 def test_seed_se_pools_every_variant_of_the_mode():
@@ -139,14 +140,14 @@ def test_seed_se_pools_every_variant_of_the_mode():
     results = {"x": {1: _record([1, 1, 1, 1], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 0], [0, 0, 0, 0], 1.0)},
                "y": {1: _record([1, 1, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([0, 0, 1, 1], [0, 0, 0, 0], 1.0)},
                "z": {1: _record([1, 0, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 0], [0, 0, 0, 0], 1.0)}}
-    pooled, df = sr.pooled_seed_sd(results, "greedy", "tool")
+    pooled, df = stats.pooled_seed_sd(results, "greedy", "tool")
     assert df == 3 and pooled == pytest.approx(math.sqrt(5 / 96))
-    row = sr.finding_row(Finding(claim="c", source="s", a="x", b="y"), results)
+    row = stats.finding_row(Finding(claim="c", source="s", a="x", b="y"), results)
     assert row["diff"] == pytest.approx(0.375) and row["seed_se"] == pytest.approx(math.sqrt(5 / 96))  # sqrt(1/2+1/2)
     assert row["se"] == pytest.approx(math.sqrt(row["paired_se"] ** 2 + 5 / 96))
-    vs_sft = sr.finding_row(Finding(claim="c", source="s", a="x", b="sft"), results)
+    vs_sft = stats.finding_row(Finding(claim="c", source="s", a="x", b="sft"), results)
     assert vs_sft["seed_se"] == pytest.approx(math.sqrt(5 / 96 / 2))  # the SFT model is one fixed model
-    cost = sr.finding_row(Finding(claim="c", source="s", a="x", b="y", metric="s_per_step"), results)
+    cost = stats.finding_row(Finding(claim="c", source="s", a="x", b="y", metric="s_per_step"), results)
     assert cost["seed_se"] is None and cost["se"] == pytest.approx(0.0)  # costs: the pair's own sd
 
 
@@ -189,6 +190,6 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
 def test_findings_compare_like_with_like():
     f = Finding(claim="c", source="s", a="x", b="sft", metric="maj@k")
     results = {"x": {1: _record([1, 0], [0, 0], 1.0, maj=[1, 1])}}
-    row = sr.finding_row(f, results)  # maj@k: the largest k sampled (8), against x's own SFT model
+    row = stats.finding_row(f, results)  # maj@k: the largest k sampled (8), against x's own SFT model
     assert row["mode"] == "tool" and row["n_seeds"] == 1 and row["diff"] == pytest.approx(1.0)
     assert row["paired_se"] == 0.0 and row["verdict"] == "holds"  # every problem moved from wrong to right

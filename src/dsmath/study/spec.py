@@ -30,6 +30,9 @@ class Variant:
     overrides: dict[str, Any]
 
 
+DEFAULT_EQUIVALENCE_MARGIN = 0.02  # a "matches" claim must be shown within +- 2 points (study file: equivalence_margin)
+
+
 @dataclass(frozen=True)
 class Finding:
     """A claim of the paper as a comparison of variant `a` with variant `b` (or with "sft", the SFT model `a` started
@@ -57,7 +60,7 @@ class Study:
     results: str = "study"
     report: str = "reports/study.md"
     profile: str = "params.yaml"  # the params file the variants overlay
-    equivalence_margin: float = 0.02  # an `expect: same` finding holds when its 2-SE interval lies within +- this
+    equivalence_margin: float = DEFAULT_EQUIVALENCE_MARGIN  # `expect: same` holds when difference +- 2 SE lies within
 
     def runs(self, variants: list[str] | None = None, seeds: list[int] | None = None) -> list[tuple[str, int]]:
         """(variant, seed) pairs to run, variant-major in the file's order (a subset when asked)."""
@@ -164,7 +167,7 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
                   shared=dict(raw.get("shared") or {}), variants=variants, figures=figures, findings=findings,
                   results=str(raw.get("results") or f"study/{raw.get('name') or p.stem}"),
                   report=str(raw.get("report") or "reports/study.md"), profile=str(params_file),
-                  equivalence_margin=float(raw.get("equivalence_margin", 0.02)))
+                  equivalence_margin=float(raw.get("equivalence_margin", DEFAULT_EQUIVALENCE_MARGIN)))
     for f in findings:
         for v in (f.a, f.b):
             if v not in variants and not (v == "sft" and v is f.b):
