@@ -1,9 +1,11 @@
-"""The RL step with length-bucketed training forwards (`rl.train_buckets`) against one padded forward, side by side.
+"""The RL step with length-bucketed training forwards (`rl.train_buckets`) and shared prompts (`rl.share_prompts`)
+against one padded forward, side by side.
 
 GRPO steps of the default profile (tool mode: the sandbox in the loop, rows stopping at EOS, `rl.max_new_tokens`) from
 one trained model (default `models/sft`), once per bucket count, all in one process and from the same seed, so every
 setting samples the same first batch. The reference and policy forwards run over the rows sorted by real length in
-`train_buckets` groups, each cut to its own padding; the log-probs are the same up to floating-point order, so the
+`train_buckets` groups, each cut to its own padding, and with `+share` after one forward over the distinct prompts
+whose keys and values the rows of each group share; the log-probs are the same up to floating-point order, so the
 later steps' loss, KL and reward must agree with the one-forward run's (the JSON gives their largest relative
 difference; the first step's loss and KL do not depend on the policy). Reported: median s/step
 after the first, the training phase (reference + policy forward + backward + AdamW, `rl/time_train_s`) and the
@@ -11,6 +13,9 @@ padding share of the batch that one forward computes. The settings alternate ove
 load hits them alike; the machine's fp32 matmul GFLOP/s is measured before each run.
 
     .venv/bin/python benchmarks/bench_buckets.py --buckets 1,2,4,8 --steps 4 --repeats 2
+    .venv/bin/python benchmarks/bench_buckets.py --buckets 1,4,4+share --out benchmarks/results/share_prompts.json
+
+A setting is a bucket count, `+share` adding `rl.share_prompts: true` (otherwise false, whatever the params say).
 """
 
 from __future__ import annotations
@@ -32,9 +37,17 @@ from dsmath.rl.trainer import RLTrainer
 from dsmath.train.flops import matmul_flops_per_s
 
 
-def run(params, model_dir: str, buckets: int, steps: int, seed: int) -> dict:
+def parse_setting(label: str) -> dict:
+    """'4' -> 4 buckets, prompts not shared; '4+share' -> 4 buckets, prompts shared."""
+    buckets, _, extra = label.partition("+")
+    if extra not in ("", "share"):
+        raise ValueError(f"setting {label!r}: expected N or N+share")
+    return {"train_buckets": int(buckets), "share_prompts": extra == "share"}
+
+
+def run(params, model_dir: str, setting: str, steps: int, seed: int) -> dict:
     policy, tok = load_dir(model_dir)
-    cfg = params.rl.model_copy(update={"train_buckets": buckets})
+    cfg = params.rl.model_copy(update=parse_setting(setting))
     train, _ = rl_problems(params)
     tool_fn = sandbox_tool(params.sandbox) if cfg.mode == "tool" else None
     trainer = RLTrainer(cfg, policy, tok, train, Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox), seed,
@@ -53,7 +66,7 @@ def run(params, model_dir: str, buckets: int, steps: int, seed: int) -> dict:
         rows.append(trainer.step())
         times.append(time.perf_counter() - t0)
     later = rows[1:] or rows
-    return {"buckets": buckets, "s_per_step": statistics.median(times[1:] or times),
+    return {"buckets": setting, "s_per_step": statistics.median(times[1:] or times),
             "train_s": statistics.fmean(r["rl/time_train_s"] for r in later),
             "generate_s": statistics.fmean(r["rl/time_generate_s"] for r in later),
             "padding_share": statistics.fmean(padding),
@@ -73,7 +86,9 @@ def main() -> None:
     args = ap.parse_args()
     params = load_params(args.params)
     torch.set_num_threads(params.common.num_threads or torch.get_num_threads())
-    settings = [int(b) for b in args.buckets.split(",")]
+    settings = args.buckets.split(",")
+    for b in settings:
+        parse_setting(b)
     runs = []
     for r in range(args.repeats):
         for b in settings:
@@ -89,7 +104,7 @@ def main() -> None:
     per_step = {b: next(x["per_step"] for x in runs if x["buckets"] == b) for b in settings}
     ref = per_step[settings[0]]
 
-    def rel_diff(b: int, key: str) -> float:  # over the steps after the first (the first step's loss and KL do not
+    def rel_diff(b: str, key: str) -> float:  # over the steps after the first (the first step's loss and KL do not
         return max((abs(x - y) / max(abs(y), 1e-12) for x, y in zip(per_step[b][key][1:], ref[key][1:],  # depend
                                                                      strict=True)), default=0.0)  # on the policy)
     summary = {

@@ -122,18 +122,19 @@ def test_resume_equals_uninterrupted(tok):
 
 @pytest.mark.parametrize("extra", [{}, {"algorithm": "ppo"}, {"skip_zero_advantage": True}, {"minibatches": 2},
                                    {"advantage": "process"}], ids=["grpo", "ppo", "skip", "minibatches", "process"])
-def test_bucketed_training_forwards_follow_the_single_forward(tok, extra):
-    """rl.train_buckets > 1 changes only how the reference and policy forwards are batched: same metrics and
-    weights after two steps as one forward over the padded batch, up to floating-point order."""
+def test_bucketed_and_shared_training_forwards_follow_the_single_forward(tok, extra):
+    """rl.train_buckets > 1 and rl.share_prompts change only how the reference and policy forwards are batched:
+    same metrics and weights after two steps as one forward over the padded batch, up to floating-point order."""
     ends = []
-    for buckets in (1, 3):
-        t = RLTrainer(cfg(train_buckets=buckets, max_new_tokens=12, **extra), tiny_model(tok), tok, PROBLEMS,
-                      LengthScorer(), seed=5)
+    for buckets, share in ((1, False), (3, False), (1, True), (3, True)):
+        t = RLTrainer(cfg(train_buckets=buckets, share_prompts=share, max_new_tokens=12, **extra), tiny_model(tok),
+                      tok, PROBLEMS, LengthScorer(), seed=5)
         metrics = [t.step(), t.step()]
         ends.append((metrics, torch.cat([p.detach().flatten() for p in t.policy.parameters()])))
-    for key in ("rl/loss", "rl/kl", "rl/kl_loss", "rl/reward_mean"):
-        assert ends[1][0][-1][key] == pytest.approx(ends[0][0][-1][key], rel=1e-3, abs=1e-6), key
-    torch.testing.assert_close(ends[1][1], ends[0][1], rtol=1e-3, atol=1e-5)
+    for end in ends[1:]:
+        for key in ("rl/loss", "rl/kl", "rl/kl_loss", "rl/reward_mean"):
+            assert end[0][-1][key] == pytest.approx(ends[0][0][-1][key], rel=1e-3, abs=1e-6), key
+        torch.testing.assert_close(end[1], ends[0][1], rtol=1e-3, atol=1e-5)
 
 
 def test_iterative_grpo_resets_the_reference(tok):

@@ -22,6 +22,8 @@ from dsmath.generation.rollout import (
     left_pad,
     sample,
     sequence_logprobs,
+    shared_prefix_logprobs,
+    unique_prompts,
 )
 
 PAD, EOS = 0, 1
@@ -289,6 +291,74 @@ def test_bucketed_logprobs_equal_one_forward_with_gradients(model):
         torch.testing.assert_close(lp[m], results[0][0][m], rtol=0, atol=1e-5)
         torch.testing.assert_close(grad, results[0][1], rtol=1e-4, atol=1e-5)
     model.zero_grad(set_to_none=True)
+
+
+def _grouped_rollout(model, group: int = 3, seed: int = 3) -> Rollout:
+    """Sampled rows whose prompts repeat in groups (a GRPO batch), with completions of differing lengths."""
+    r = sample(model, [p for p in prompts_of([3, 11, 7, 5]) for _ in range(group)], max_new_tokens=12,
+               eos_token_id=[EOS], pad_token_id=PAD, temperature=1.0, seed=seed)
+    r.completion_mask[1::2, 5:] = 0  # make lengths differ inside a group and across groups
+    r.completion_mask[2, 1:] = 0  # a one-token completion
+    return r
+
+
+def test_unique_prompts_inverts():
+    ids, mask = left_pad([[5, 6], [7], [5, 6], [0, 7], [7]], PAD)  # [0, 7] pads to the same ids as [7], not mask
+    u_ids, u_mask, inverse = unique_prompts(ids, mask)
+    assert len(u_ids) == 3
+    assert torch.equal(u_ids[inverse], ids) and torch.equal(u_mask[inverse], mask)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_shared_prefix_logprobs_equal_one_forward_with_gradients(request, arch, buckets):
+    """Each distinct prompt run once, its keys and values shared by the rows of its group: the log-probs of every
+    completion token and the gradient are those of one forward per row (gpt2: absolute positions must continue
+    from each prompt's real length)."""
+    model = request.getfixturevalue({"llama": "model", "gpt2": "gpt2"}[arch])
+    r = _grouped_rollout(model)
+    t, m = r.completion_ids.shape[1], r.completion_mask.bool()
+    model.zero_grad(set_to_none=True)
+    ref = sequence_logprobs(model, r.input_ids, r.attention_mask, t)
+    (ref * m).sum().backward()
+    ref_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    lp = shared_prefix_logprobs(model, r.input_ids, r.attention_mask, t, buckets=buckets)
+    assert lp.shape == ref.shape
+    (lp * m).sum().backward()
+    torch.testing.assert_close(lp[m], ref[m].detach(), rtol=0, atol=1e-5)
+    for p, g in zip(model.parameters(), ref_grads, strict=True):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=5e-5)
+    model.zero_grad(set_to_none=True)
+    with torch.no_grad():  # temperature scales both the first token (from the prompt pass) and the rest
+        hot = shared_prefix_logprobs(model, r.input_ids, r.attention_mask, t, buckets=buckets, temperature=0.7)
+        torch.testing.assert_close(hot[m], sequence_logprobs(model, r.input_ids, r.attention_mask, t,
+                                                             temperature=0.7)[m], rtol=0, atol=1e-5)
+
+
+def test_shared_prefix_logprobs_without_repeats_is_the_bucketed_forward(model):
+    r = sample(model, prompts_of([3, 11, 7]), max_new_tokens=6, eos_token_id=[EOS], pad_token_id=PAD,
+               temperature=1.0, seed=2)
+    t = r.completion_ids.shape[1]
+    with torch.no_grad():
+        assert torch.equal(shared_prefix_logprobs(model, r.input_ids, r.attention_mask, t, buckets=2),
+                           bucketed_logprobs(model, r.input_ids, r.attention_mask, t, buckets=2))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_repeated_prompts_prefill_once_and_sample_as_single_rows(model, engine):
+    """The sampler prefills each distinct prompt once and copies its cache to the rows that share it: every row
+    still draws what it draws alone under its key (greedy and sampled), with the same log-probs."""
+    prompts = [p for p in prompts_of([3, 11, 7]) for _ in range(3)]
+    for temperature in (0.0, 1.0):
+        kw = dict(max_new_tokens=10, eos_token_id=[EOS], pad_token_id=PAD, temperature=temperature, seed=4,
+                  engine=engine)
+        batch = sample(model, prompts, **kw)
+        for i, p in enumerate(prompts):
+            alone = sample(model, [p], row_keys=[i], **kw)
+            n = int(alone.completion_mask.sum())
+            assert torch.equal(batch.completion_ids[i, :n], alone.completion_ids[0, :n]), (temperature, i)
+            torch.testing.assert_close(batch.logprobs[i, :n], alone.logprobs[0, :n], rtol=0, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------------------------------

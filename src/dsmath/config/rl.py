@@ -85,6 +85,7 @@ class Rl(Section):
     prompt_levels: list[Annotated[int, Field(ge=1, le=5)]] = []
     engine: Literal["auto", "fast", "hf"] = "auto"
     train_buckets: PosInt = 1  # reference and policy forwards over rows grouped by length, each cut to its padding
+    share_prompts: bool = False  # each distinct prompt runs once in those forwards (its KV shared by its group)
     checkpoint_every: PosInt = 25
     eval_every: NonNegInt = 25
     eval_problems: PosInt = 200

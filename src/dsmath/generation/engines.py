@@ -1,6 +1,7 @@
 """Decoding engines and the token sampler behind :func:`dsmath.generation.rollout.sample`.
 
-Two engines share one interface (``prefill`` -> ``step`` -> ... with ``keep`` to drop finished rows):
+Two engines share one interface (``prefill`` -> ``step`` -> ... with ``keep`` to drop finished rows; ``prefill`` can
+take the distinct prompts only, with the row -> prompt map, so the G rows of a group run their prompt once):
 
 - :class:`FastLlama`: a compact Llama decoding forward of our own (RMSNorm, RoPE, GQA attention, SwiGLU) over the
   weights of an HF ``LlamaForCausalLM``, keys/values in one preallocated cache
@@ -143,12 +144,15 @@ class FastLlama:
         self.length = 0
         self.cis = _rope_cis(inner.rotary_emb, max_len, w.device)  # (max_len, D/2) complex64
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Run the left-padded prompts; ids, mask: (N, P) -> next-token logits (N, V)."""
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, inverse: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the left-padded prompts; ids, mask: (N, P) -> next-token logits (N, V). With `inverse` (N,), ids and
+        mask hold only the U distinct prompts (U, P) and batch row r starts from prompt ``inverse[r]`` (each distinct
+        prompt runs once; its keys and values are copied to every row that shares it)."""
         n, p = ids.shape
         h, kv = self.heads, self.kv_heads
-        pos = position_ids(mask)  # (N, P)
-        self.bias[:, :p].masked_fill_(mask.bool(), 0.0)
+        pos = position_ids(mask)  # (U, P)
+        rows = slice(None) if inverse is None else inverse
+        self.bias[:, :p].masked_fill_(mask.bool()[rows], 0.0)
         causal = torch.ones(p, p, dtype=torch.bool, device=ids.device).tril()
         eye = torch.eye(p, dtype=torch.bool, device=ids.device)
         attn_mask = ((causal & mask.bool()[:, None, :]) | eye)[:, None]  # (N, 1, P, P); eye: pads see themselves
@@ -158,14 +162,14 @@ class FastLlama:
             qkv = F.linear(self._norm(x), layer.wqkv, layer.bqkv).view(n, p, -1, self.head_dim)
             self._rotate_(qkv, cis)
             q, k, v = qkv.transpose(1, 2).split((h, kv, kv), dim=1)  # (N, heads | kv_heads, P, D)
-            self.cache[i, 0, :, :, :p] = k
-            self.cache[i, 1, :, :, :p] = v
+            self.cache[i, 0, :, :, :p] = k[rows]
+            self.cache[i, 1, :, :, :p] = v[rows]
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=kv != h, scale=1.0)
             x = x + F.linear(a.transpose(1, 2).reshape(n, p, -1), layer.wo, layer.bo)
             gate, up = F.linear(self._norm(x), layer.wgu, layer.bgu).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate).mul_(up), layer.wd, layer.bd)
-        self.length, self.pos = p, pos[:, -1] + 1
-        return F.linear(self._norm(x[:, -1]) * self.final_gain, *self.lm_head)
+        self.length, self.pos = p, pos[rows, -1] + 1
+        return F.linear(self._norm(x[:, -1]) * self.final_gain, *self.lm_head)[rows]
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Append one token per row; tokens: (N,) -> next-token logits (N, V)."""
@@ -315,11 +319,16 @@ class HFDecoder:
         self.mask = torch.zeros(batch, 0, dtype=torch.long, device=model.device)
         self.pos = torch.zeros(batch, dtype=torch.long, device=model.device)
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """ids, mask: (N, P) -> next-token logits (N, V)."""
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, inverse: torch.Tensor | None = None) -> torch.Tensor:
+        """ids, mask: (N, P) -> next-token logits (N, V); with `inverse`, the distinct prompts only (as FastLlama)."""
         pos = position_ids(mask)
         self.mask, self.pos = mask.long(), pos[:, -1] + 1
-        return self._forward(ids, pos)
+        logits = self._forward(ids, pos)
+        if inverse is None:
+            return logits
+        self.cache.batch_select_indices(inverse)
+        self.mask, self.pos = self.mask[inverse], self.pos[inverse]
+        return logits[inverse]
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens: (N,) -> next-token logits (N, V)."""

@@ -97,6 +97,16 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int,
     return ids.to(device), mask.to(device)
 
 
+def unique_prompts(prompt_ids: torch.Tensor,
+                   prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The distinct rows of a left-padded prompt batch (N, P): (ids (U, P), mask (U, P), inverse (N,)) with
+    ``ids[inverse] == prompt_ids``; the rows of a GRPO group share one prompt, so U is N / G there."""
+    both = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1)
+    uniq, inverse = torch.unique(both, dim=0, return_inverse=True)
+    p = prompt_ids.shape[1]
+    return uniq[:, :p], uniq[:, p:].to(prompt_mask.dtype), inverse
+
+
 def concat_rollouts(parts: Sequence[Rollout], pad_token_id: int) -> Rollout:
     """Rows of several rollouts in one: prompts re-padded on the left to the widest P, completions (and their masks
     and log-probs) on the right to the widest T. Each row's tokens, masks and log-probs are unchanged."""
@@ -153,7 +163,8 @@ def sample(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eos_
     tools = _ToolState(tool, n, model.config.vocab_size, device) if tool is not None else None
     with torch.inference_mode():
         dec = make_engine(model, n, prompt_ids.shape[1] + max_new_tokens, engine, dtype)
-        logits = dec.prefill(prompt_ids, prompt_mask)
+        uids, umask, inverse = unique_prompts(prompt_ids, prompt_mask)
+        logits = (dec.prefill(prompt_ids, prompt_mask) if len(uids) == n else dec.prefill(uids, umask, inverse))
         rows = torch.arange(n, device=device)  # batch row -> prompt index (the batch shrinks as rows finish)
         done = torch.zeros(n, dtype=torch.bool, device=device)
         for t in range(max_new_tokens):
@@ -344,6 +355,74 @@ def bucketed_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
         lp = sequence_logprobs(model, input_ids[idx, p - pp : p + tt], attention_mask[idx, p - pp : p + tt], tt,
                                temperature=temperature, dtype=dtype)
         parts.append(torch.nn.functional.pad(lp, (0, t - tt)))
+        rows.append(idx)
+    where = torch.empty_like(order)
+    where[torch.cat(rows)] = torch.arange(n, device=order.device)
+    return torch.cat(parts)[where]
+
+
+def _dynamic_layers(cache) -> list | None:
+    """The layers of an HF ``DynamicCache`` whose keys/values are plain (batch, heads, length, dim) tensors, or None
+    for any other cache (sliding windows, linear attention, ...), where prompt sharing is not attempted."""
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+        return None
+    return layers
+
+
+def shared_prefix_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_completion: int, *,
+                           buckets: int = 1, temperature: float = 1.0,
+                           dtype: torch.dtype | None = None) -> torch.Tensor:
+    """:func:`bucketed_logprobs` with each distinct prompt run once: rows that share a prompt (the G outputs of a
+    GRPO group) attend to one copy of its keys and values, and gradients through them sum over the rows, so the
+    result (and its gradient) is that of one forward per row up to floating-point order, for 1/G of the prompt work.
+
+    One forward over the distinct prompts (keeping their KV cache and the logits of their last position, which
+    predict each row's first completion token), then `buckets` forwards over the completions, rows sorted by
+    completion length, each cut to its longest completion, reading its rows' prompt caches. Falls back to
+    :func:`bucketed_logprobs` when no prompt repeats or the model's cache is not a plain ``DynamicCache``.
+    """
+    from transformers import DynamicCache
+
+    n, t = input_ids.shape[0], num_completion
+    p = input_ids.shape[1] - t
+    uids, umask, inverse = unique_prompts(input_ids[:, :p], attention_mask[:, :p])
+    if t == 0 or len(uids) == n:
+        return bucketed_logprobs(model, input_ids, attention_mask, t, buckets=buckets, temperature=temperature,
+                                 dtype=dtype)
+    with autocast(input_ids.device, dtype):
+        out = model(input_ids=uids, attention_mask=umask, position_ids=position_ids(umask), use_cache=True,
+                    logits_to_keep=1)
+    layers = _dynamic_layers(out.cache if hasattr(out, "cache") else out.past_key_values)
+    if layers is None:
+        return bucketed_logprobs(model, input_ids, attention_mask, t, buckets=buckets, temperature=temperature,
+                                 dtype=dtype)
+    first = out.logits[:, -1].float()  # (U, V): predicts each row's completion token 0
+    if temperature not in (0.0, 1.0):
+        first = first / temperature
+    first = first.log_softmax(-1)
+    prompt_len, comp_len = umask.sum(-1)[inverse], attention_mask[:, p:].sum(-1)
+    order = torch.argsort(comp_len, stable=True)
+    parts, rows = [], []
+    for idx in order.tensor_split(min(max(buckets, 1), n)):
+        tt = max(int(comp_len[idx].max()), 1)
+        head = first[inverse[idx]].gather(-1, input_ids[idx, p : p + 1]).squeeze(-1)[:, None]  # (n_b, 1)
+        if tt > 1:  # completion tokens 0 .. tt-2 predict tokens 1 .. tt-1 (the last token is never an input)
+            cache = DynamicCache(config=model.config)
+            for i, layer in enumerate(layers):
+                cache.update(layer.keys[inverse[idx]], layer.values[inverse[idx]], i)
+            ids = input_ids[idx, p : p + tt - 1]
+            mask = attention_mask[idx, : p + tt - 1]
+            pos = prompt_len[idx, None] + torch.arange(tt - 1, device=ids.device)
+            with autocast(input_ids.device, dtype):
+                logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
+                               logits_to_keep=tt - 1).logits.float()
+            if temperature not in (0.0, 1.0):
+                logits = logits / temperature
+            targets = input_ids[idx, p + 1 : p + tt]
+            tail = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
+            head = torch.cat([head, tail], dim=1)
+        parts.append(torch.nn.functional.pad(head, (0, t - tt)))
         rows.append(idx)
     where = torch.empty_like(order)
     where[torch.cat(rows)] = torch.arange(n, device=order.device)

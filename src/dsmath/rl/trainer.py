@@ -41,6 +41,7 @@ from dsmath.generation.rollout import (
     bucketed_logprobs,
     decode_completions,
     sample,
+    shared_prefix_logprobs,
 )
 from dsmath.rl import ppo as ppo_math
 from dsmath.rl.advantages import equal_reward_groups, overlong_penalty
@@ -182,11 +183,15 @@ class RLTrainer:
 
     def logprobs(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, t: int) -> torch.Tensor:
         """(N, T) log-probs of the completions under `model` at the rollout temperature: one forward, or
-        ``rl.train_buckets`` forwards over length-sorted groups of rows (one process only: DDP wants one forward
-        per backward)."""
-        buckets = 1 if self.world.distributed else self.cfg.train_buckets
-        return bucketed_logprobs(model, input_ids, attention_mask, t, buckets=buckets,
-                                 temperature=self.cfg.temperature, dtype=self.dtype)
+        ``rl.train_buckets`` forwards over length-sorted groups of rows, with ``rl.share_prompts`` after one
+        forward over the distinct prompts whose keys and values the rows of a group share (both in one process
+        only: DDP wants one forward per backward)."""
+        if self.world.distributed:
+            return bucketed_logprobs(model, input_ids, attention_mask, t, buckets=1,
+                                     temperature=self.cfg.temperature, dtype=self.dtype)
+        fn = shared_prefix_logprobs if self.cfg.share_prompts else bucketed_logprobs
+        return fn(model, input_ids, attention_mask, t, buckets=self.cfg.train_buckets,
+                  temperature=self.cfg.temperature, dtype=self.dtype)
 
     def values(self, ro: Rollout, critic=None) -> torch.Tensor:
         """(N, T) critic values of the state before each completion token (hidden state at the previous position)."""
