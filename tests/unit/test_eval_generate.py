@@ -41,7 +41,6 @@ class ForcedLM(torch.nn.Module):
         self.config = LlamaConfig(vocab_size=tok.vocab_size, hidden_size=8, num_hidden_layers=1,
                                   num_attention_heads=1, num_key_value_heads=1)
         self.dummy = torch.nn.Parameter(torch.zeros(1))
-        self.scripts: list[list[int]] = []
 
     @property
     def device(self):
@@ -54,13 +53,24 @@ class ForcedLM(torch.nn.Module):
         return prompt + self.tok(self.answers[question])["input_ids"] + [EOS]
 
     def forward(self, input_ids, attention_mask, position_ids, cache=None, use_cache=True, logits_to_keep=0):
-        if input_ids.shape[1] > 1 or not self.scripts:  # prefill: the whole (left-padded) prompts
-            self.scripts = [self._script(ids, m) for ids, m in zip(input_ids, attention_mask, strict=True)]
-        nxt = [[s[min(int(p) + 1, len(s) - 1)] for p in row] for s, row in zip(self.scripts, position_ids,
+        if not isinstance(cache, ScriptCache):  # prefill: the whole (left-padded) prompts
+            cache = ScriptCache([self._script(ids, m) for ids, m in zip(input_ids, attention_mask, strict=True)])
+        nxt = [[s[min(int(p) + 1, len(s) - 1)] for p in row] for s, row in zip(cache.scripts, position_ids,
                                                                                  strict=True)]
         logits = torch.full((*input_ids.shape, self.config.vocab_size), -30.0)
         logits.scatter_(-1, torch.tensor(nxt)[..., None], 30.0)
         return SimpleNamespace(logits=logits[:, -1:] if logits_to_keep else logits, cache=cache)
+
+
+class ScriptCache:
+    """ForcedLM's "KV cache": each batch row's script, following the decoder's row selections (the sampler prefills
+    each distinct prompt once, then copies its cache row to the rows that share it, and drops finished rows)."""
+
+    def __init__(self, scripts: list[list[int]]):
+        self.scripts = scripts
+
+    def batch_select_indices(self, rows: torch.Tensor) -> None:
+        self.scripts = [self.scripts[i] for i in rows.tolist()]
 
 
 def test_generator_and_metrics_follow_the_forced_answers():

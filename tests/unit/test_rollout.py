@@ -336,6 +336,20 @@ def test_shared_prefix_logprobs_equal_one_forward_with_gradients(request, arch, 
                                                              temperature=0.7)[m], rtol=0, atol=1e-5)
 
 
+def test_shared_prefix_gradient_is_bitwise_reproducible(model):
+    """The rows of a group read their prompt's keys through a matmul, not advanced indexing (whose accumulating
+    backward on CPU sums in a varying order): two backward passes give the same gradient bit for bit."""
+    r = _grouped_rollout(model)
+    grads = []
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        lp = shared_prefix_logprobs(model, r.input_ids, r.attention_mask, r.completion_ids.shape[1], buckets=2)
+        (lp * r.completion_mask).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
+    model.zero_grad(set_to_none=True)
+
+
 def test_shared_prefix_logprobs_without_repeats_is_the_bucketed_forward(model):
     r = sample(model, prompts_of([3, 11, 7]), max_new_tokens=6, eos_token_id=[EOS], pad_token_id=PAD,
                temperature=1.0, seed=2)

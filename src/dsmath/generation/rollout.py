@@ -370,6 +370,14 @@ def _dynamic_layers(cache) -> list | None:
     return layers
 
 
+def _take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[index]`` along dim 0 as a one-hot matmul: its backward is a matmul too, so the gradient summed over the
+    rows that read the same row of x is bitwise reproducible (advanced indexing's accumulating backward on CPU is
+    not). x: (U, ...), index: (n,) -> (n, ...)."""
+    onehot = torch.nn.functional.one_hot(index, x.shape[0]).to(x.dtype)
+    return (onehot @ x.flatten(1)).view(len(index), *x.shape[1:])
+
+
 def shared_prefix_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_completion: int, *,
                            buckets: int = 1, temperature: float = 1.0,
                            dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -406,11 +414,11 @@ def shared_prefix_logprobs(model, input_ids: torch.Tensor, attention_mask: torch
     parts, rows = [], []
     for idx in order.tensor_split(min(max(buckets, 1), n)):
         tt = max(int(comp_len[idx].max()), 1)
-        head = first[inverse[idx]].gather(-1, input_ids[idx, p : p + 1]).squeeze(-1)[:, None]  # (n_b, 1)
+        head = _take_rows(first, inverse[idx]).gather(-1, input_ids[idx, p : p + 1])  # (n_b, 1)
         if tt > 1:  # completion tokens 0 .. tt-2 predict tokens 1 .. tt-1 (the last token is never an input)
             cache = DynamicCache(config=model.config)
             for i, layer in enumerate(layers):
-                cache.update(layer.keys[inverse[idx]], layer.values[inverse[idx]], i)
+                cache.update(_take_rows(layer.keys, inverse[idx]), _take_rows(layer.values, inverse[idx]), i)
             ids = input_ids[idx, p : p + tt - 1]
             mask = attention_mask[idx, : p + tt - 1]
             pos = prompt_len[idx, None] + torch.arange(tt - 1, device=ids.device)
