@@ -367,7 +367,7 @@ def test_repeated_prompts_prefill_once_and_sample_as_single_rows(model, engine):
     for temperature in (0.0, 1.0):
         kw = dict(max_new_tokens=10, eos_token_id=[EOS], pad_token_id=PAD, temperature=temperature, seed=4,
                   engine=engine)
-        batch = sample(model, prompts, **kw)
+        batch = sample(model, prompts, share_prompts=True, **kw)
         for i, p in enumerate(prompts):
             alone = sample(model, [p], row_keys=[i], **kw)
             n = int(alone.completion_mask.sum())

@@ -138,7 +138,7 @@ def concat_rollouts(parts: Sequence[Rollout], pad_token_id: int) -> Rollout:
 def sample(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eos_token_id: int | Sequence[int],
            pad_token_id: int, temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None,
            row_keys: Sequence[int] | None = None, tool: ToolMode | None = None, engine: str = "auto",
-           dtype: torch.dtype | None = None, compact_frac: float = 0.25) -> Rollout:
+           dtype: torch.dtype | None = None, compact_frac: float = 0.25, share_prompts: bool = False) -> Rollout:
     """Sample one completion per prompt (repeat a prompt G times for a GRPO group); returns a :class:`Rollout`.
 
     temperature 0 decodes greedily; sampling needs a `seed`. A row's draws depend only on (seed, its key in
@@ -147,6 +147,8 @@ def sample(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eos_
     engine: ``auto`` (the fast Llama engine when the model supports it, else ``hf``), ``fast`` or ``hf``;
     dtype: decoding precision (None: the model's). Every tensor lives on the model's device.
     compact_frac: drop finished rows from the batch (and cache) once they make up this fraction of it.
+    share_prompts: prefill each distinct prompt once and copy its cache to the rows that repeat it (a GRPO group);
+    the same draws up to floating-point order.
     """
     if max_new_tokens < 1 or temperature < 0 or not 0 < top_p <= 1:
         raise ValueError(f"need max_new_tokens >= 1, temperature >= 0, 0 < top_p <= 1 "
@@ -163,7 +165,7 @@ def sample(model, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, eos_
     tools = _ToolState(tool, n, model.config.vocab_size, device) if tool is not None else None
     with torch.inference_mode():
         dec = make_engine(model, n, prompt_ids.shape[1] + max_new_tokens, engine, dtype)
-        uids, umask, inverse = unique_prompts(prompt_ids, prompt_mask)
+        uids, umask, inverse = unique_prompts(prompt_ids, prompt_mask) if share_prompts else (prompt_ids, None, None)
         logits = (dec.prefill(prompt_ids, prompt_mask) if len(uids) == n else dec.prefill(uids, umask, inverse))
         rows = torch.arange(n, device=device)  # batch row -> prompt index (the batch shrinks as rows finish)
         done = torch.zeros(n, dtype=torch.bool, device=device)

@@ -179,7 +179,8 @@ class RLTrainer:
         seed = int(torch.randint(0, 2**62, (1,), generator=self.gen))
         return sample(model, prompt_ids, max_new_tokens=self.cfg.max_new_tokens, eos_token_id=self.eos,
                       pad_token_id=self.tok.pad_token_id, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
-                      seed=seed, row_keys=row_keys, tool=self.tool, engine=self.cfg.engine, dtype=self.dtype)
+                      seed=seed, row_keys=row_keys, tool=self.tool, engine=self.cfg.engine, dtype=self.dtype,
+                      share_prompts=self.cfg.share_prompts)
 
     def logprobs(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, t: int) -> torch.Tensor:
         """(N, T) log-probs of the completions under `model` at the rollout temperature: one forward, or

@@ -47,6 +47,11 @@ class Finding:
     expect: str = "better"
 
 
+# switches added after records were made, left out of a run's key at their off value (where they change nothing),
+# so the records made before a switch existed still match; switched on, they are in the key and the runs re-run
+KEY_NEUTRAL_WHEN_OFF: tuple[tuple[str, str, object], ...] = (("rl", "share_prompts", False),)
+
+
 @dataclass(frozen=True)
 class Study:
     name: str
@@ -91,6 +96,9 @@ class Study:
         """Identity of a run's settings (every param it runs with, its targets): a finished run whose key still
         matches is not run again. Code is not in it: after changing the code a run depends on, delete its record."""
         params = variant_params(self, variant, seed, self.profile).model_dump()
+        for section, key, off in KEY_NEUTRAL_WHEN_OFF:
+            if params[section].get(key) == off:
+                del params[section][key]
         text = json.dumps({"params": params, "targets": self.targets}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
