@@ -73,7 +73,9 @@ class ScriptCache:
         self.scripts = [self.scripts[i] for i in rows.tolist()]
 
 
-def test_generator_and_metrics_follow_the_forced_answers():
+@pytest.mark.parametrize("share_prompts", [False, True])
+def test_generator_and_metrics_follow_the_forced_answers(share_prompts):
+    """With evaluate.share_prompts a problem's sampled rows share one prefill of its prompt: each still follows it."""
     # equal lengths: every row finishes at the same step, so no row is dropped from the batch mid-way
     answers = {"What is 40 + 2?": "40 + 2 = 42.\nThe answer is \\boxed{42}.",
                "What is 20 - 3?": "20 - 3 = 17.\nThe answer is \\boxed{17}.",
@@ -82,7 +84,7 @@ def test_generator_and_metrics_follow_the_forced_answers():
     assert len({len(a) for a in answers.values()}) == 1
     records = [{"id": f"p{i}", "question": q, "answer": golds[q]} for i, q in enumerate(answers)]
     tok = AsciiTokenizer()
-    cfg = Evaluate(n_samples=2, k=[1, 2], max_new_tokens=64, modes=["cot"])
+    cfg = Evaluate(n_samples=2, k=[1, 2], max_new_tokens=64, modes=["cot"], share_prompts=share_prompts)
     gen = Generator(ForcedLM(tok, answers), tok, cfg, Sandbox(), seed=0)
 
     texts, lengths = gen(list(answers), "cot", 0.0)

@@ -35,6 +35,7 @@ class Evaluate(Section):
     max_tool_calls: PosInt = 2
     batch_size: PosInt = 256
     engine: Literal["auto", "fast", "hf"] = "auto"
+    share_prompts: bool = False  # prefill each distinct prompt once (a problem's n_samples rows share its cache)
     primary_metric: str = "synthetic/cot/greedy"  # decides whether the RL model becomes the registry's champion ...
     val_problems: PosInt = 500  # ... measured on this many synthetic validation problems (the test split reports)
     # models whose answer may be the last number of the text (base models never learnt the answer line)

@@ -78,7 +78,7 @@ class Generator:
             ro = sample(self.model, batch, max_new_tokens=self.cfg.max_new_tokens,
                         eos_token_id=[self.tok.eos_token_id], pad_token_id=self.tok.pad_token_id,
                         temperature=temperature, seed=seed, row_keys=range(start, start + len(batch)), tool=tool,
-                        engine=self.cfg.engine, dtype=self.dtype)
+                        engine=self.cfg.engine, dtype=self.dtype, share_prompts=self.cfg.share_prompts)
             texts += decode_completions(self.tok, ro.completion_ids, ro.completion_mask)
             lengths += ro.completion_mask.sum(dim=1).tolist()
         return gather_lists(self.world, texts), gather_lists(self.world, lengths)
