@@ -18,6 +18,11 @@ backward / optimiser / other), peak RSS, and the machine's fp32 matmul GFLOP/s m
     .venv/bin/python benchmarks/bench_vs_trl.py --steps 6 --repeats 2 --out benchmarks/results/vs_trl.json
     .venv/bin/python benchmarks/bench_vs_trl.py --skip-zero-advantage ...   # also dsmath with the optional skip
     .venv/bin/python benchmarks/bench_vs_trl.py --train-buckets 4 ...        # also dsmath with rl.train_buckets 4
+    .venv/bin/python benchmarks/bench_vs_trl.py --defaults ...               # also dsmath with params.yaml's engine
+
+Sides: `dsmath` is the plain engine (one padded training forward, every row's prompt in its own row), `dsmath-skip`
+adds the zero-advantage skip, `dsmath-buckets` the length buckets alone, `dsmath-default` the engine switches of
+params.yaml as they stand (`rl.train_buckets`, `rl.share_prompts`): the step `make repro` runs.
 """
 
 from __future__ import annotations
@@ -100,6 +105,17 @@ def summary(phases: Phases, side: str, args, extra: dict) -> dict:
     }
 
 
+ENGINE_SWITCHES = ("train_buckets", "share_prompts")  # how the step is computed, not what: from params for -default
+
+
+def engine_switches(side: str | None, params_rl, train_buckets: int) -> dict:
+    """The engine switches of a dsmath side: params.yaml's for `dsmath-default`, else the plain engine (with
+    `train_buckets` for `dsmath-buckets`)."""
+    if side == "dsmath-default":
+        return {k: getattr(params_rl, k) for k in ENGINE_SWITCHES}
+    return {"train_buckets": train_buckets if side == "dsmath-buckets" else 1, "share_prompts": False}
+
+
 def shared_setup(args):
     """(params, the RL config of the benchmark, the questions of every step, the reward function)."""
     import torch
@@ -117,7 +133,7 @@ def shared_setup(args):
         "aggregation": "seq-mean-token-mean", "scale_rewards": True, "warmup_steps": 0, "dynamic_sampling": False,
         "overlong_buffer": 0, "clip_eps_high": None, "importance_ratio": "token", "ref_reset_every": 0,
         "skip_zero_advantage": args.skip_zero_advantage,
-        "train_buckets": args.train_buckets if getattr(args, "side", None) == "dsmath-buckets" else 1,
+        **engine_switches(getattr(args, "side", None), params.rl, args.train_buckets),
     })
     train, _ = rl_problems(params)
     reward = build_reward("accuracy", args.mode, params.rewards, params.sandbox)
@@ -156,6 +172,7 @@ def run_dsmath(args) -> dict:
         return "reference" if model is trainer.ref else "policy_forward" if torch.is_grad_enabled() else "old_policy"
 
     trainer_mod.bucketed_logprobs = phases.wrap(trainer_mod.bucketed_logprobs, forward_phase)
+    trainer_mod.shared_prefix_logprobs = phases.wrap(trainer_mod.shared_prefix_logprobs, forward_phase)
     trainer.rollout = phases.wrap(trainer.rollout, "generate")
     trainer.scorer = phases.wrap(trainer.scorer, "reward")
     rewards = []
@@ -165,7 +182,8 @@ def run_dsmath(args) -> dict:
         phases.lap(time.perf_counter() - t0)
         rewards.append(m["rl/reward_mean"])
     return summary(phases, args.side, args,
-                   {"reward_mean": rewards, "completion_tokens_mean": m["rl/response_len_mean"]})
+                   {"reward_mean": rewards, "completion_tokens_mean": m["rl/response_len_mean"],
+                    "engine": {k: getattr(cfg, k) for k in ENGINE_SWITCHES}})
 
 
 def run_trl(args) -> dict:
@@ -283,7 +301,10 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "vs_trl.json"))
     ap.add_argument("--train-buckets", type=int, default=0,
                     help="also dsmath with rl.train_buckets = N (length-bucketed training forwards); 0: not run")
-    ap.add_argument("--side", choices=["dsmath", "dsmath-skip", "dsmath-buckets", "trl"], help=argparse.SUPPRESS)
+    ap.add_argument("--defaults", action="store_true",
+                    help="also dsmath with params.yaml's engine switches (rl.train_buckets, rl.share_prompts)")
+    ap.add_argument("--side", choices=["dsmath", "dsmath-skip", "dsmath-buckets", "dsmath-default", "trl"],
+                    help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.side:  # a worker
@@ -293,7 +314,8 @@ def main() -> None:
     trl_py = trl_python(args.trl)
     sides = {"dsmath": Path(sys.executable), "trl": trl_py} | (
         {"dsmath-skip": Path(sys.executable)} if args.skip_zero_advantage else {}) | (
-        {"dsmath-buckets": Path(sys.executable)} if args.train_buckets > 1 else {})
+        {"dsmath-buckets": Path(sys.executable)} if args.train_buckets > 1 else {}) | (
+        {"dsmath-default": Path(sys.executable)} if args.defaults else {})
     runs = [measure(side, args, py) for _ in range(args.repeats) for side, py in sides.items()]
     by_side = {s: [r for r in runs if r["side"] == s] for s in sides}
     med = {s: statistics.median(r["s_per_step_median"] for r in rs) for s, rs in by_side.items()}
@@ -304,11 +326,11 @@ def main() -> None:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    print(f"{'side':<13}{'s/step':>8}  " + "  ".join(f"{p[:8]:>8}" for p in (*PHASES, "other"))
+    print(f"{'side':<15}{'s/step':>8}  " + "  ".join(f"{p[:8]:>8}" for p in (*PHASES, "other"))
           + f"{'RSS MB':>9}{'GFLOP/s':>9}")
     for r in runs:
         ph = r["phases_mean_s"]
-        print(f"{r['side']:<13}{r['s_per_step_median']:>8.2f}  " + "  ".join(f"{ph[p]:>8.2f}" for p in
+        print(f"{r['side']:<15}{r['s_per_step_median']:>8.2f}  " + "  ".join(f"{ph[p]:>8.2f}" for p in
               (*PHASES, "other")) + f"{r['peak_rss_mb']:>9.0f}{r['matmul_gflops']:>9.0f}")
     for s, x in result["ratio_steps_per_s_vs_trl"].items():
         print(f"{s}: {x:.2f}x TRL's steps/s")
