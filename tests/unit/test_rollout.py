@@ -192,6 +192,29 @@ def test_compaction_does_not_change_results(model, engine):
     torch.testing.assert_close(always.logprobs, never.logprobs, rtol=0, atol=1e-5)
 
 
+def test_fast_engine_keep_compacts_the_cache_in_place(model):
+    """keep(rows) moves each kept row's filled cache slots, bias and position to the front of the same buffer,
+    bitwise, and the per-layer views read the compacted rows; rows out of order are refused."""
+    prompts = prompts_of([5, 8, 3, 6, 4, 7])
+    ids, mask = left_pad(prompts, PAD, model.device)
+    dec = FastLlama(model, len(prompts), ids.shape[1] + 4)
+    with torch.no_grad():
+        logits = dec.prefill(ids, mask)
+        for _ in range(2):
+            logits = dec.step(logits.argmax(-1))
+    t, rows = dec.length, torch.tensor([1, 2, 4, 5])
+    before = dec.cache[:, :, rows, :, :t].clone(), dec.bias[rows].clone(), dec.pos[rows].clone()
+    buffer = dec.cache.data_ptr()
+    dec.keep(rows)
+    assert dec.cache.shape[2] == len(rows) and dec.cache.data_ptr() == buffer
+    assert torch.equal(dec.cache[:, :, :, :, :t], before[0])
+    assert torch.equal(dec.bias, before[1]) and torch.equal(dec.pos, before[2])
+    kv, d = dec.kv_heads, dec.head_dim
+    assert torch.equal(dec.keys[1][:, :t].view(len(rows), kv, t, d), before[0][1, 0])
+    with pytest.raises(ValueError, match="increasing"):
+        dec.keep(torch.tensor([2, 1]))
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # sampling
 

@@ -196,11 +196,17 @@ class FastLlama:
         return F.linear(self._norm(x) * self.final_gain, *self.lm_head)
 
     def keep(self, rows: torch.Tensor) -> None:
-        """Drop every row not in `rows` (indices into the current batch), shrinking the cache (filled part only)."""
-        t = self.length
-        cache = torch.empty_like(self.cache[:, :, : len(rows)])
-        cache[..., :t, :] = self.cache[:, :, rows, :, :t]
-        self._use_cache(cache)
+        """Keep only the batch rows `rows` (increasing indices into the current batch), compacting the cache in place:
+        row ``rows[i]`` moves to row i (filled slots only), and the cache becomes the first ``len(rows)`` rows of the
+        same buffer. In increasing order no row is overwritten before it is read (``rows[j] >= j``). A gather into a
+        new buffer was ~3x slower at batch 256 (fresh pages); the values moved are the same."""
+        t, order = self.length, rows.tolist()
+        if any(b <= a for a, b in zip(order, order[1:])):
+            raise ValueError("keep: rows must be strictly increasing")
+        for i, r in enumerate(order):
+            if r != i:
+                self.cache[:, :, i, :, :t].copy_(self.cache[:, :, r, :, :t])
+        self._use_cache(self.cache[:, :, : len(order)])
         self.bias, self.pos = self.bias[rows], self.pos[rows]
 
     def _use_cache(self, cache: torch.Tensor) -> None:
