@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from itertools import pairwise
 
 import torch
 import torch.nn.functional as F
@@ -201,7 +202,7 @@ class FastLlama:
         same buffer. In increasing order no row is overwritten before it is read (``rows[j] >= j``). A gather into a
         new buffer was ~3x slower at batch 256 (fresh pages); the values moved are the same."""
         t, order = self.length, rows.tolist()
-        if any(b <= a for a, b in zip(order, order[1:])):
+        if any(b <= a for a, b in pairwise(order)):
             raise ValueError("keep: rows must be strictly increasing")
         for i, r in enumerate(order):
             if r != i:
