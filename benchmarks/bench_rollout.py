@@ -154,18 +154,23 @@ def main() -> None:
     else:
         prompts = make_prompts(args.batch, args.prompt_len, model.config.vocab_size, seed=0)
         eos = list(range(4, 4 + args.eos_tokens))
+    from dsmath.train.flops import matmul_flops_per_s
+
+    gflops = [matmul_flops_per_s(device=args.device) / 1e9]  # the machine's rate, before and after (machines differ)
     res = bench(model, prompts, args.new_tokens, args.repeats, args.engines.split(","), eos, dtype)
+    gflops.append(matmul_flops_per_s(device=args.device) / 1e9)
     base = res["generate"]["median"]
     print(f"batch {args.batch}, prompt ~{args.prompt_len}, {args.new_tokens} new tokens, {args.threads} threads, "
           f"{args.repeats} repeats, {args.dtype} on {args.device}, model {args.model or 'default scratch Llama'}, "
           f"{'EOS: ' + str(len(eos)) + ' token ids' if eos else 'no EOS'}"
-          f"{', prompts from ' + args.questions if args.questions else ''}")
+          f"{', prompts from ' + args.questions if args.questions else ''}; "
+          f"fp32 2048^2 matmul {gflops[0]:.0f} -> {gflops[1]:.0f} GFLOP/s")
     print(f"{'method':<16}{'median tok/s':>14}{'best tok/s':>12}{'x generate':>12}{'mean len':>10}")
     for name, r in res.items():
         print(f"{name:<16}{r['median']:>14.0f}{r['best']:>12.0f}{r['median'] / base:>12.2f}{r['mean_len']:>10.1f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "results": res}, f, indent=2)
+            json.dump({"args": vars(args), "matmul_gflops_before_after": gflops, "results": res}, f, indent=2)
 
 
 if __name__ == "__main__":
