@@ -32,7 +32,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from dsmath import prompts
 from dsmath.config import Rl
 from dsmath.config.rl import Ppo
-from dsmath.generation.rollout import sequence_logprobs, tool_output_block
+from dsmath.generation.logprobs import sequence_logprobs
+from dsmath.generation.rollout import tool_output_block
 from dsmath.rl.scoring import Scores
 from dsmath.rl.trainer import RLTrainer
 from dsmath.tokenizer import train_tokenizer

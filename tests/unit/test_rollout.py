@@ -16,15 +16,8 @@ from dsmath.generation.engines import (
     position_ids,
     sample_next,
 )
-from dsmath.generation.rollout import (
-    Rollout,
-    bucketed_logprobs,
-    left_pad,
-    sample,
-    sequence_logprobs,
-    shared_prefix_logprobs,
-    unique_prompts,
-)
+from dsmath.generation.logprobs import bucketed_logprobs, sequence_logprobs, shared_prefix_logprobs
+from dsmath.generation.rollout import Rollout, left_pad, sample, unique_prompts
 
 PAD, EOS = 0, 1
 ENGINES = ["fast", "hf"]

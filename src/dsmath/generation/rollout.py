@@ -1,21 +1,21 @@
-"""Rollouts for GRPO and evaluation: batched sampling that records per-token log-probs, and the scoring pass.
+"""Rollouts for GRPO and evaluation: batched sampling that records per-token log-probs.
 
 :func:`sample` decodes N prompts at once (left-padded, KV cache, temperature / top-p, stop at EOS or
 ``max_new_tokens``) on the fastest engine of :mod:`dsmath.generation.engines` that supports the model, and returns a
-:class:`Rollout`. :func:`sequence_logprobs` scores given completions in one forward pass (reference model, training
-forward). With a :class:`ToolMode`, a row that closes a ```` ```python ```` block is paused, the code runs through the
-caller's ``tool_fn``, and the row continues after the appended ```` ```output ```` block (docs/formats.md, ``tool``).
+:class:`Rollout`; :mod:`dsmath.generation.logprobs` scores given completions (reference model, training forward).
+With a :class:`ToolMode`, a row that closes a ```` ```python ```` block is paused, the code runs through the caller's
+``tool_fn``, and the row continues after the appended ```` ```output ```` block (docs/formats.md, ``tool``).
 
-Log-prob convention (what ``Rollout.logprobs`` holds, and what :func:`sequence_logprobs` computes):
+Log-prob convention (what ``Rollout.logprobs`` holds, and what ``logprobs.sequence_logprobs`` computes):
 ``log_softmax(logits / temperature)[token]`` over the full vocabulary, *before* top-p truncation; temperature 1 when
 decoding greedily. This is pi_old of the GRPO ratio (DeepSeekMath eq. 3) provided the trainer scores pi_theta with
-:func:`sequence_logprobs` at the same temperature (as verl and TRL do): the ratio then compares one and the same
+``sequence_logprobs`` at the same temperature (as verl and TRL do): the ratio then compares one and the same
 distribution family. Top-p is left out because the training forward cannot reproduce the truncation differentiably;
 a sampled token always lies inside the nucleus, so its full-vocabulary log-prob is finite.
 
 pi_old comes from the sampling pass itself, not from a second scoring pass: the sampler's cached decoding computes the
 same function as a full forward (checked to 1e-4 in tests/unit/test_rollout.py), so a scoring pass would cost one more
-forward over every completion for the same numbers. Rescore with :func:`sequence_logprobs` when sampling runs in a
+forward over every completion for the same numbers. Rescore with ``sequence_logprobs`` when sampling runs in a
 different precision or on a different engine than training (e.g. bf16 kernels), where the two drift apart.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from dsmath.generation.engines import RowNoise, autocast, make_engine, position_ids, sample_next
+from dsmath.generation.engines import RowNoise, make_engine, sample_next
 
 CODE_OPEN, FENCE = "```python", "```"
 
@@ -60,7 +60,7 @@ class Rollout:
 
     @property
     def input_ids(self) -> torch.Tensor:
-        """(N, P + T) prompt then completion, as :func:`sequence_logprobs` takes them."""
+        """(N, P + T) prompt then completion, as ``logprobs.sequence_logprobs`` takes them."""
         return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
 
     @property
@@ -308,132 +308,3 @@ class _ToolState:
             self.queue[r] = list(self.mode.tokenizer(block, add_special_tokens=False)["input_ids"])
             self.segment[r] = t + 1 + len(self.queue[r])
             self.calls[r] += 1
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# scoring
-
-
-def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_completion: int, *,
-                      temperature: float = 1.0, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Log-probs of the last `num_completion` tokens of each row in one forward pass (keeps the autograd graph).
-
-    input_ids, attention_mask: (N, P + T) left-padded prompts followed by right-padded completions (as
-    ``Rollout.input_ids`` / ``Rollout.attention_mask``); returns (N, T) ``log_softmax(logits / temperature)`` of
-    each completion token (temperature 0 counts as 1, as in :func:`sample`). Values on pads are meaningless: mask them.
-    dtype: the forward's autocast precision (None or float32: the weights' own); the log-softmax is in float32.
-    Memory: the (N, T, V) logits in float32; split large batches into row chunks.
-    """
-    t = num_completion
-    if t == 0:
-        return torch.zeros(input_ids.shape[0], 0, device=input_ids.device)
-    with autocast(input_ids.device, dtype):
-        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
-                    use_cache=False, logits_to_keep=t + 1)
-    logits = out.logits[:, :-1].float()  # (N, T, V): the logits at position j predict token j + 1
-    if temperature not in (0.0, 1.0):
-        logits = logits / temperature
-    targets = input_ids[:, -t:]
-    return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
-
-
-def bucketed_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_completion: int, *,
-                      buckets: int = 1, temperature: float = 1.0, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """:func:`sequence_logprobs` over rows grouped by real length into `buckets` forwards, each cut to its own
-    padding: the rows are sorted by prompt + completion length, split into `buckets` groups, and each group keeps
-    only the columns some row of it uses (its longest prompt's left padding, its longest completion's right
-    padding). Same (N, T) result up to floating-point order, with less padding computed when lengths vary (tool
-    outputs, early EOS). One autograd graph over the groups (several forwards before one backward: not for
-    DistributedDataParallel, whose gradient hooks expect one forward per backward). buckets <= 1: one forward."""
-    n, t = input_ids.shape[0], num_completion
-    if buckets <= 1 or n <= 1 or t == 0:
-        return sequence_logprobs(model, input_ids, attention_mask, t, temperature=temperature, dtype=dtype)
-    p = input_ids.shape[1] - t
-    prompt_len, comp_len = attention_mask[:, :p].sum(-1), attention_mask[:, p:].sum(-1)
-    order = torch.argsort(prompt_len + comp_len, stable=True)
-    parts, rows = [], []
-    for idx in order.tensor_split(min(buckets, n)):
-        pp, tt = int(prompt_len[idx].max()), max(int(comp_len[idx].max()), 1)
-        lp = sequence_logprobs(model, input_ids[idx, p - pp : p + tt], attention_mask[idx, p - pp : p + tt], tt,
-                               temperature=temperature, dtype=dtype)
-        parts.append(torch.nn.functional.pad(lp, (0, t - tt)))
-        rows.append(idx)
-    where = torch.empty_like(order)
-    where[torch.cat(rows)] = torch.arange(n, device=order.device)
-    return torch.cat(parts)[where]
-
-
-def _dynamic_layers(cache) -> list | None:
-    """The layers of an HF ``DynamicCache`` whose keys/values are plain (batch, heads, length, dim) tensors, or None
-    for any other cache (sliding windows, linear attention, ...), where prompt sharing is not attempted."""
-    layers = getattr(cache, "layers", None)
-    if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
-        return None
-    return layers
-
-
-def _take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``x[index]`` along dim 0 as a one-hot matmul: its backward is a matmul too, so the gradient summed over the
-    rows that read the same row of x is bitwise reproducible (advanced indexing's accumulating backward on CPU is
-    not). x: (U, ...), index: (n,) -> (n, ...)."""
-    onehot = torch.nn.functional.one_hot(index, x.shape[0]).to(x.dtype)
-    return (onehot @ x.flatten(1)).view(len(index), *x.shape[1:])
-
-
-def shared_prefix_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_completion: int, *,
-                           buckets: int = 1, temperature: float = 1.0,
-                           dtype: torch.dtype | None = None) -> torch.Tensor:
-    """:func:`bucketed_logprobs` with each distinct prompt run once: rows that share a prompt (the G outputs of a
-    GRPO group) attend to one copy of its keys and values, and gradients through them sum over the rows, so the
-    result (and its gradient) is that of one forward per row up to floating-point order, for 1/G of the prompt work.
-
-    One forward over the distinct prompts (keeping their KV cache and the logits of their last position, which
-    predict each row's first completion token), then `buckets` forwards over the completions, rows sorted by
-    completion length, each cut to its longest completion, reading its rows' prompt caches. Falls back to
-    :func:`bucketed_logprobs` when no prompt repeats or the model's cache is not a plain ``DynamicCache``.
-    """
-    from transformers import DynamicCache
-
-    n, t = input_ids.shape[0], num_completion
-    p = input_ids.shape[1] - t
-    uids, umask, inverse = unique_prompts(input_ids[:, :p], attention_mask[:, :p])
-    if t == 0 or len(uids) == n:
-        return bucketed_logprobs(model, input_ids, attention_mask, t, buckets=buckets, temperature=temperature,
-                                 dtype=dtype)
-    with autocast(input_ids.device, dtype):
-        out = model(input_ids=uids, attention_mask=umask, position_ids=position_ids(umask), use_cache=True,
-                    logits_to_keep=1)
-    layers = _dynamic_layers(out.cache if hasattr(out, "cache") else out.past_key_values)
-    if layers is None:
-        return bucketed_logprobs(model, input_ids, attention_mask, t, buckets=buckets, temperature=temperature,
-                                 dtype=dtype)
-    first = out.logits[:, -1].float()  # (U, V): predicts each row's completion token 0
-    if temperature not in (0.0, 1.0):
-        first = first / temperature
-    first = first.log_softmax(-1)
-    prompt_len, comp_len = umask.sum(-1)[inverse], attention_mask[:, p:].sum(-1)
-    order = torch.argsort(comp_len, stable=True)
-    parts, rows = [], []
-    for idx in order.tensor_split(min(max(buckets, 1), n)):
-        tt = max(int(comp_len[idx].max()), 1)
-        head = _take_rows(first, inverse[idx]).gather(-1, input_ids[idx, p : p + 1])  # (n_b, 1)
-        if tt > 1:  # completion tokens 0 .. tt-2 predict tokens 1 .. tt-1 (the last token is never an input)
-            cache = DynamicCache(config=model.config)
-            for i, layer in enumerate(layers):
-                cache.update(_take_rows(layer.keys, inverse[idx]), _take_rows(layer.values, inverse[idx]), i)
-            ids = input_ids[idx, p : p + tt - 1]
-            mask = attention_mask[idx, : p + tt - 1]
-            pos = prompt_len[idx, None] + torch.arange(tt - 1, device=ids.device)
-            with autocast(input_ids.device, dtype):
-                logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
-                               logits_to_keep=tt - 1).logits.float()
-            if temperature not in (0.0, 1.0):
-                logits = logits / temperature
-            targets = input_ids[idx, p + 1 : p + tt]
-            tail = logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
-            head = torch.cat([head, tail], dim=1)
-        parts.append(torch.nn.functional.pad(head, (0, t - tt)))
-        rows.append(idx)
-    where = torch.empty_like(order)
-    where[torch.cat(rows)] = torch.arange(n, device=order.device)
-    return torch.cat(parts)[where]

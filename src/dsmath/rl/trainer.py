@@ -35,14 +35,8 @@ import torch
 from dsmath import prompts
 from dsmath.distributed import World, all_sum, any_rank, gather_objects
 from dsmath.generation.engines import autocast, position_ids
-from dsmath.generation.rollout import (
-    Rollout,
-    ToolMode,
-    bucketed_logprobs,
-    decode_completions,
-    sample,
-    shared_prefix_logprobs,
-)
+from dsmath.generation.logprobs import bucketed_logprobs, shared_prefix_logprobs
+from dsmath.generation.rollout import Rollout, ToolMode, decode_completions, sample
 from dsmath.rl import ppo as ppo_math
 from dsmath.rl.advantages import equal_reward_groups, overlong_penalty
 from dsmath.rl.algorithms import ALGORITHMS, Batch, concat_batches
