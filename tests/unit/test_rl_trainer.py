@@ -134,7 +134,8 @@ def test_bucketed_and_shared_training_forwards_follow_the_single_forward(tok, ex
     for end in ends[1:]:
         for key in ("rl/loss", "rl/kl", "rl/kl_loss", "rl/reward_mean"):
             assert end[0][-1][key] == pytest.approx(ends[0][0][-1][key], rel=1e-3, abs=1e-6), key
-        torch.testing.assert_close(end[1], ends[0][1], rtol=1e-3, atol=1e-5)
+        # Adam divides by the gradient's own scale: a weight whose gradient is ~0 moves by a rounding-dependent step
+        torch.testing.assert_close(end[1], ends[0][1], rtol=1e-3, atol=5e-5)
 
 
 def test_iterative_grpo_resets_the_reference(tok):

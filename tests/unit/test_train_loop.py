@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from dsmath.config import Loop, Model, Optim
+from dsmath.lm_head import hidden_states
 from dsmath.model import build_scratch
 from dsmath.train import checkpoint
 from dsmath.train.data import causal_batch
@@ -68,11 +69,17 @@ def flat(model) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
+def model_nll(model, labels, **inputs):
+    with hidden_states(model) as head:
+        hidden = model(**inputs).logits
+    return token_nll(hidden, head, labels)
+
+
 def test_token_nll_hand_computed():
     # position 0 predicts label[1] = 1 with logits [0, ln 3]: p = 3/4 -> nll = ln(4/3); position 1 is masked
     logits = torch.tensor([[[0.0, math.log(3.0)], [5.0, 0.0], [0.0, 0.0]]])
     labels = torch.tensor([[0, 1, -100]])
-    nll, count = token_nll(logits, labels)
+    nll, count = token_nll(logits, torch.eye(2), labels)  # hidden = logits under an identity head
     torch.testing.assert_close(nll, torch.tensor(math.log(4 / 3)))
     assert int(count) == 1
 
@@ -146,8 +153,8 @@ def test_right_padding_needs_no_attention_mask():
     a, b = [5, 6, 7, 8, 9, 10], [11, 12, 13]
     batch = pad_batch([(a, a), (b, b)], pad_id=0)
     with torch.no_grad():
-        padded, n = token_nll(model(input_ids=batch["input_ids"]).logits, batch["labels"])
-        alone = [token_nll(model(input_ids=torch.tensor([x])).logits, torch.tensor([x]))[0] for x in (a, b)]
+        padded, n = model_nll(model, batch["labels"], input_ids=batch["input_ids"])
+        alone = [model_nll(model, torch.tensor([x]), input_ids=torch.tensor([x]))[0] for x in (a, b)]
     assert int(n) == 5 + 2
     torch.testing.assert_close(padded, alone[0] + alone[1])
 
@@ -190,7 +197,7 @@ def test_packed_batch_has_the_loss_and_gradient_of_the_padded_one():
     for batch in (padded, packed):
         model = tiny_model()
         extra = {"position_ids": batch["position_ids"], "use_cache": False} if "position_ids" in batch else {}
-        nll, n = token_nll(model(input_ids=batch["input_ids"], **extra).logits, batch["labels"])
+        nll, n = model_nll(model, batch["labels"], input_ids=batch["input_ids"], **extra)
         nll.backward()
         results.append((nll.detach(), int(n), flat_grad(model)))
     assert results[0][1] == results[1][1]

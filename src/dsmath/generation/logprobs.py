@@ -7,7 +7,8 @@ graph kept (the reference and training forwards of RL).
   values (a GRPO group's G outputs share their prompt).
 
 All three compute the same (N, T) values up to floating-point order, in the convention of
-:mod:`dsmath.generation.rollout` (``log_softmax(logits / temperature)`` over the full vocabulary).
+:mod:`dsmath.generation.rollout` (``log_softmax(logits / temperature)`` over the full vocabulary), through the fused
+output head of :mod:`dsmath.lm_head` (the (N, T, V) logits are never held at once).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from dsmath.generation.engines import autocast, position_ids
 from dsmath.generation.rollout import unique_prompts
+from dsmath.lm_head import hidden_states, token_logprobs
 
 
 def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_completion: int, *,
@@ -26,16 +28,16 @@ def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     ``Rollout.input_ids`` / ``Rollout.attention_mask``); returns (N, T) ``log_softmax(logits / temperature)`` of
     each completion token (temperature 0 counts as 1, as in :func:`sample`). Values on pads are meaningless: mask them.
     dtype: the forward's autocast precision (None or float32: the weights' own); the log-softmax is in float32.
-    Memory: the (N, T, V) logits in float32; split large batches into row chunks.
+    Memory: the (N, T, V) softmax in float32 while a backward is pending (none under no_grad).
     """
     t = num_completion
     if t == 0:
         return torch.zeros(input_ids.shape[0], 0, device=input_ids.device)
-    with autocast(input_ids.device, dtype):
-        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
-                    use_cache=False, logits_to_keep=t + 1)
-    # (N, T, V): the logits at position j predict token j + 1
-    return _token_logprobs(out.logits[:, :-1].float(), input_ids[:, -t:], temperature)
+    with autocast(input_ids.device, dtype), hidden_states(model) as head:
+        hidden = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
+                       use_cache=False, logits_to_keep=t + 1).logits
+        # (N, T, H): the hidden state at position j predicts token j + 1
+        return token_logprobs(hidden[:, :-1], head, input_ids[:, -t:], temperature)
 
 
 def bucketed_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_completion: int, *,
@@ -99,23 +101,21 @@ def shared_prefix_logprobs(model, input_ids: torch.Tensor, attention_mask: torch
     if t == 0 or len(uids) == n:
         return bucketed_logprobs(model, input_ids, attention_mask, t, buckets=buckets, temperature=temperature,
                                  dtype=dtype)
-    with autocast(input_ids.device, dtype):
+    with autocast(input_ids.device, dtype), hidden_states(model) as head:
         out = model(input_ids=uids, attention_mask=umask, position_ids=position_ids(umask), use_cache=True,
                     logits_to_keep=1)
     layers = _dynamic_layers(out.cache if hasattr(out, "cache") else out.past_key_values)
     if layers is None:
         return bucketed_logprobs(model, input_ids, attention_mask, t, buckets=buckets, temperature=temperature,
                                  dtype=dtype)
-    first = out.logits[:, -1].float()  # (U, V): predicts each row's completion token 0
-    if temperature not in (0.0, 1.0):
-        first = first / temperature
-    first = first.log_softmax(-1)
+    first = out.logits[:, -1]  # (U, H): the hidden state that predicts each row's completion token 0
     prompt_len, comp_len = umask.sum(-1)[inverse], attention_mask[:, p:].sum(-1)
     order = torch.argsort(comp_len, stable=True)
     parts, rows = [], []
     for idx in order.tensor_split(min(max(buckets, 1), n)):
         tt = max(int(comp_len[idx].max()), 1)
-        head = _take_rows(first, inverse[idx]).gather(-1, input_ids[idx, p : p + 1])  # (n_b, 1)
+        with autocast(input_ids.device, dtype):
+            lp = token_logprobs(_take_rows(first, inverse[idx]), head, input_ids[idx, p], temperature)[:, None]
         if tt > 1:  # completion tokens 0 .. tt-2 predict tokens 1 .. tt-1 (the last token is never an input)
             cache = DynamicCache(config=model.config)
             for i, layer in enumerate(layers):
@@ -123,21 +123,14 @@ def shared_prefix_logprobs(model, input_ids: torch.Tensor, attention_mask: torch
             ids = input_ids[idx, p : p + tt - 1]
             mask = attention_mask[idx, : p + tt - 1]
             pos = prompt_len[idx, None] + torch.arange(tt - 1, device=ids.device)
-            with autocast(input_ids.device, dtype):
-                logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
-                               logits_to_keep=tt - 1).logits.float()
-            head = torch.cat([head, _token_logprobs(logits, input_ids[idx, p + 1 : p + tt], temperature)], dim=1)
-        parts.append(torch.nn.functional.pad(head, (0, t - tt)))
+            with autocast(input_ids.device, dtype), hidden_states(model):
+                hidden = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
+                               logits_to_keep=tt - 1).logits
+                rest = token_logprobs(hidden, head, input_ids[idx, p + 1 : p + tt], temperature)
+            lp = torch.cat([lp, rest], dim=1)
+        parts.append(torch.nn.functional.pad(lp, (0, t - tt)))
         rows.append(idx)
     return _unsort(parts, rows, order)
-
-
-def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``log_softmax(logits / temperature)[target]`` per position (temperature 0 counts as 1); logits: (N, T, V)
-    float32, targets: (N, T) -> (N, T)."""
-    if temperature not in (0.0, 1.0):
-        logits = logits / temperature
-    return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
 
 
 def _unsort(parts: list[torch.Tensor], rows: list[torch.Tensor], order: torch.Tensor) -> torch.Tensor:

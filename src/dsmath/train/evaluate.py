@@ -11,6 +11,7 @@ from collections.abc import Iterable
 import torch
 from tqdm.auto import tqdm
 
+from dsmath.lm_head import hidden_states
 from dsmath.train.loop import token_nll
 
 
@@ -22,8 +23,9 @@ def heldout_nll(model, batches: Iterable[dict[str, torch.Tensor]], desc: str = "
     total, count = 0.0, 0
     for b in tqdm(list(batches), desc=desc, leave=False):
         b = {k: v.to(device) for k, v in b.items()}
-        logits = model(input_ids=b["input_ids"]).logits  # right-padded: the causal mask suffices (see loop._step)
-        nll, n = token_nll(logits, b["labels"])
+        with hidden_states(model) as head:  # right-padded: the causal mask suffices (see loop._step)
+            hidden = model(input_ids=b["input_ids"]).logits
+        nll, n = token_nll(hidden, head, b["labels"])
         total, count = total + float(nll), count + int(n)
     return total / max(count, 1), count
 

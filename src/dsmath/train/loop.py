@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from dsmath.lm_head import hidden_states, token_logprobs
 from dsmath.train import checkpoint
 from dsmath.train.data import IGNORE, StepSchedule
 
@@ -58,14 +58,17 @@ class LoopState:
             setattr(self, k, list(v) if isinstance(v, list) else v)
 
 
-def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed next-token NLL and target count. logits: (B, T, V); labels: (B, T), IGNORE where no loss.
+def token_nll(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed next-token NLL and target count. hidden: (B, T, H) final hidden states (see
+    :func:`dsmath.lm_head.hidden_states`), weight: (V, H) the output head's; labels: (B, T), IGNORE where no loss.
 
-    Position t predicts labels[t+1], so the last logit and the first label are dropped. Returns (sum, count).
+    Position t predicts labels[t+1], so the last position and the first label are dropped; the head is computed on
+    the positions with a target only (:func:`dsmath.lm_head.token_logprobs`). Returns (sum, count).
     """
     targets = labels[:, 1:]
-    nll = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE, reduction="sum")
-    return nll, (targets != IGNORE).sum()
+    keep = targets != IGNORE
+    nll = -token_logprobs(hidden[:, :-1][keep], weight, targets[keep]).sum()
+    return nll, keep.sum()
 
 
 def build_optimizer(model: torch.nn.Module, optim) -> torch.optim.Optimizer:
@@ -104,11 +107,12 @@ def _step(model, accelerator, micro: list[dict[str, torch.Tensor]]) -> tuple[tor
             # batches are right-padded: under the causal mask no real token attends to a later pad, so the padding
             # mask is not passed and attention keeps its fast causal kernel (pad positions carry no loss); packed
             # batches (data.pack_batch) pass position ids instead, from which attention is kept within each example
-            if "position_ids" in b:
-                logits = model(input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False).logits
-            else:
-                logits = model(input_ids=b["input_ids"]).logits
-            nll, _ = token_nll(logits, b["labels"])
+            with hidden_states(model) as head:
+                if "position_ids" in b:
+                    hidden = model(input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False).logits
+                else:
+                    hidden = model(input_ids=b["input_ids"]).logits
+            nll, _ = token_nll(hidden, head, b["labels"])
             accelerator.backward(nll * scale)
             nll_total += nll.detach()
     return accelerator.reduce(nll_total, "sum"), global_count, int(counts[1])
