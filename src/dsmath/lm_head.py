@@ -36,11 +36,17 @@ def hidden_states(model: torch.nn.Module) -> Iterator[torch.Tensor]:
     head = inner.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
         raise ValueError("the fused head supports bias-free output layers only")
+    cfg = inner.config
+    if any(getattr(cfg, k, None) not in (None, 1.0) for k in _LOGIT_TRANSFORMS):  # logits != hidden @ W.T
+        raise ValueError(f"{type(inner).__name__} transforms its logits after the head ({_LOGIT_TRANSFORMS})")
     head.forward = _identity
     try:
         yield head.weight
     finally:
         del head.forward
+
+
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")  # Gemma 2, Cohere, Granite
 
 
 def _identity(x: torch.Tensor) -> torch.Tensor:

@@ -76,3 +76,11 @@ def test_hidden_states_gives_the_model_its_logits_back_through_the_head():
         assert hidden.shape == (2, 4, 16)
         torch.testing.assert_close(hidden @ head.t(), logits[:, -4:], rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(model(input_ids=ids).logits, logits)  # the head is back after the block
+
+
+def test_hidden_states_refuses_a_model_that_transforms_its_logits():
+    cfg = Model(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2, intermediate_size=32)
+    model = build_scratch(cfg, FakeTokenizer(), 0)
+    model.config.final_logit_softcapping = 30.0
+    with pytest.raises(ValueError, match="transforms its logits"), hidden_states(model):
+        pass
