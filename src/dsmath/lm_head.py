@@ -30,7 +30,8 @@ def hidden_states(model: torch.nn.Module) -> Iterator[torch.Tensor]:
     ``logits_to_keep`` as logits would be) instead of logits; yields the head's weight (V, H), tied or not.
 
     The output head's ``forward`` is replaced on the instance for the duration (its parameters stay where they are,
-    so optimizers, DDP and checkpoints see the same model); ``model`` may be wrapped (DDP, accelerate).
+    so optimizers, DDP and checkpoints see the same model); ``model`` may be wrapped (DDP, accelerate). Blocks may
+    nest (a scoring function falling back to another inside one): the outermost restores the head.
     """
     inner = getattr(model, "module", model)
     head = inner.get_output_embeddings()
@@ -39,6 +40,9 @@ def hidden_states(model: torch.nn.Module) -> Iterator[torch.Tensor]:
     cfg = inner.config
     if any(getattr(cfg, k, None) not in (None, 1.0) for k in _LOGIT_TRANSFORMS):  # logits != hidden @ W.T
         raise ValueError(f"{type(inner).__name__} transforms its logits after the head ({_LOGIT_TRANSFORMS})")
+    if "forward" in vars(head):  # already inside a hidden_states block of this model: leave the outer one to undo it
+        yield head.weight
+        return
     head.forward = _identity
     try:
         yield head.weight

@@ -76,6 +76,9 @@ def test_hidden_states_gives_the_model_its_logits_back_through_the_head():
         assert hidden.shape == (2, 4, 16)
         torch.testing.assert_close(hidden @ head.t(), logits[:, -4:], rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(model(input_ids=ids).logits, logits)  # the head is back after the block
+        with hidden_states(model), hidden_states(model):  # nested blocks: the outer one restores the head
+            pass
+        torch.testing.assert_close(model(input_ids=ids).logits, logits)
 
 
 def test_hidden_states_refuses_a_model_that_transforms_its_logits():

@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from dsmath.config import Loop, Model, Optim
-from dsmath.lm_head import hidden_states
 from dsmath.model import build_scratch
 from dsmath.train import checkpoint
 from dsmath.train.data import causal_batch
-from dsmath.train.loop import build_optimizer, build_scheduler, make_accelerator, token_nll, train
+from dsmath.train.loop import batch_nll, build_optimizer, build_scheduler, make_accelerator, token_nll, train
 
 VOCAB = 32
 
@@ -67,12 +66,6 @@ def run(tmp_path=None, steps=30, micro=8, ckpt_every=0, fail_at_call=None, seed=
 
 def flat(model) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
-
-
-def model_nll(model, labels, **inputs):
-    with hidden_states(model) as head:
-        hidden = model(**inputs).logits
-    return token_nll(hidden, head, labels)
 
 
 def test_token_nll_hand_computed():
@@ -153,8 +146,8 @@ def test_right_padding_needs_no_attention_mask():
     a, b = [5, 6, 7, 8, 9, 10], [11, 12, 13]
     batch = pad_batch([(a, a), (b, b)], pad_id=0)
     with torch.no_grad():
-        padded, n = model_nll(model, batch["labels"], input_ids=batch["input_ids"])
-        alone = [model_nll(model, torch.tensor([x]), input_ids=torch.tensor([x]))[0] for x in (a, b)]
+        padded, n = batch_nll(model, batch)
+        alone = [batch_nll(model, {"input_ids": torch.tensor([x]), "labels": torch.tensor([x])})[0] for x in (a, b)]
     assert int(n) == 5 + 2
     torch.testing.assert_close(padded, alone[0] + alone[1])
 
@@ -196,8 +189,7 @@ def test_packed_batch_has_the_loss_and_gradient_of_the_padded_one():
     results = []
     for batch in (padded, packed):
         model = tiny_model()
-        extra = {"position_ids": batch["position_ids"], "use_cache": False} if "position_ids" in batch else {}
-        nll, n = model_nll(model, batch["labels"], input_ids=batch["input_ids"], **extra)
+        nll, n = batch_nll(model, batch)
         nll.backward()
         results.append((nll.detach(), int(n), flat_grad(model)))
     assert results[0][1] == results[1][1]

@@ -11,8 +11,7 @@ from collections.abc import Iterable
 import torch
 from tqdm.auto import tqdm
 
-from dsmath.lm_head import hidden_states
-from dsmath.train.loop import token_nll
+from dsmath.train.loop import batch_nll
 
 
 @torch.no_grad()
@@ -22,10 +21,7 @@ def heldout_nll(model, batches: Iterable[dict[str, torch.Tensor]], desc: str = "
     device = next(model.parameters()).device
     total, count = 0.0, 0
     for b in tqdm(list(batches), desc=desc, leave=False):
-        b = {k: v.to(device) for k, v in b.items()}
-        with hidden_states(model) as head:  # right-padded: the causal mask suffices (see loop._step)
-            hidden = model(input_ids=b["input_ids"]).logits
-        nll, n = token_nll(hidden, head, b["labels"])
+        nll, n = batch_nll(model, {k: v.to(device) for k, v in b.items()})
         total, count = total + float(nll), count + int(n)
     return total / max(count, 1), count
 

@@ -71,6 +71,21 @@ def token_nll(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) 
     return nll, keep.sum()
 
 
+def batch_nll(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`token_nll` of a causal-LM batch ({input_ids, labels[, position_ids]}) under `model`.
+
+    Batches are right-padded: under the causal mask no real token attends to a later pad, so the padding mask is not
+    passed and attention keeps its fast causal kernel (pad positions carry no loss); packed batches
+    (data.pack_batch) pass position ids instead, from which attention is kept within each example.
+    """
+    with hidden_states(model) as head:
+        if "position_ids" in batch:
+            hidden = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
+        else:
+            hidden = model(input_ids=batch["input_ids"]).logits
+    return token_nll(hidden, head, batch["labels"])
+
+
 def build_optimizer(model: torch.nn.Module, optim) -> torch.optim.Optimizer:
     """AdamW; weight decay on matrices only (norm gains and biases are not decayed)."""
     params = [p for p in model.parameters() if p.requires_grad]
@@ -103,16 +118,7 @@ def _step(model, accelerator, micro: list[dict[str, torch.Tensor]]) -> tuple[tor
     for i, b in enumerate(micro):
         sync = contextlib.nullcontext() if i == len(micro) - 1 else accelerator.no_sync(model)
         with sync:
-            b = {k: v.to(accelerator.device) for k, v in b.items()}
-            # batches are right-padded: under the causal mask no real token attends to a later pad, so the padding
-            # mask is not passed and attention keeps its fast causal kernel (pad positions carry no loss); packed
-            # batches (data.pack_batch) pass position ids instead, from which attention is kept within each example
-            with hidden_states(model) as head:
-                if "position_ids" in b:
-                    hidden = model(input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False).logits
-                else:
-                    hidden = model(input_ids=b["input_ids"]).logits
-            nll, _ = token_nll(hidden, head, b["labels"])
+            nll, _ = batch_nll(model, {k: v.to(accelerator.device) for k, v in b.items()})
             accelerator.backward(nll * scale)
             nll_total += nll.detach()
     return accelerator.reduce(nll_total, "sum"), global_count, int(counts[1])
