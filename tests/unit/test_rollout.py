@@ -208,6 +208,29 @@ def test_fast_engine_keep_compacts_the_cache_in_place(model):
         dec.keep(torch.tensor([2, 1]))
 
 
+def test_fast_engine_shared_prefix_decodes_as_rows_own_copies(model):
+    """A prefill over the distinct prompts (groups of different sizes, rows of a group not adjacent) keeps each
+    prompt's keys once and attends to it per group: every step's logits equal those of an engine whose rows hold
+    their own copy of the prompt, also after rows are dropped (a whole group, and part of one)."""
+    prompts = prompts_of([5, 8, 3, 6])
+    inverse = torch.tensor([2, 0, 0, 3, 1, 0, 2, 1, 1, 0])  # group sizes 4, 3, 2, 1
+    ids, mask = left_pad(prompts, PAD, model.device)
+    shared, own = FastLlama(model, len(inverse), ids.shape[1] + 8), FastLlama(model, len(inverse), ids.shape[1] + 8)
+    with torch.no_grad():
+        a, b = shared.prefill(ids, mask, inverse), own.prefill(ids[inverse], mask[inverse])
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+        assert shared.cache.shape == own.cache.shape and shared.shared is not None and own.shared is None
+        for step in range(6):
+            if step == 2:
+                rows = torch.tensor([0, 1, 2, 4, 5, 6, 8, 9])  # the only row of group 3 and one of group 1 go
+                shared.keep(rows)
+                own.keep(rows)
+                a, b = a[rows], b[rows]
+            tokens = b.argmax(-1)
+            a, b = shared.step(tokens), own.step(tokens)
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # sampling
 

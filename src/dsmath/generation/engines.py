@@ -12,6 +12,10 @@ take the distinct prompts only, with the row -> prompt map, so the G rows of a g
 - :class:`HFDecoder`: the generic path for any causal LM (``DynamicCache``, an explicit 2D padding mask and
   position ids, ``logits_to_keep=1``), used when :func:`fast_path_unsupported` names a reason.
 
+A decoding step is bound by reading the cache (every row's keys and values at every layer), not by its matmuls;
+when the rows of a group share a prompt (GRPO groups, maj@k samples), the fast engine reads that prompt once per
+group (cascade attention, :class:`_SharedPrefix`).
+
 Both lay the batch out the same way: prompts left-padded to a common length P, so every row writes its step-t key
 into cache slot ``P + t``; a row's *position id* counts only its real tokens (pads are skipped), which is what makes
 a prompt's continuation independent of how much padding its batch needed (exactly so for absolute position
@@ -120,6 +124,8 @@ class FastLlama:
     ``(layers, 2, N, kv_heads, max_len, D)``; a decoding step attends with two batched matmuls over the
     ``(N * kv_heads, length, D)`` views of one layer's keys and values (faster than CPU SDPA for one query per
     row). Only slots ``[0, length)`` are ever read, all of them written (pads too), so it starts uninitialised.
+    ``prefill(ids, mask, inverse)`` over the distinct prompts keeps each prompt's keys and values once
+    (:class:`_SharedPrefix`) and the rows' cache holds only what they generate (slot ``length - P``).
     ``bias`` (N, max_len) is 0 on the slots a row may attend to (its real prompt tokens and all it generated),
     -inf elsewhere; ``pos`` (N,) is the position id of each row's next token. q is pre-scaled by 1/sqrt(D).
     """
@@ -143,17 +149,22 @@ class FastLlama:
         self.bias = torch.full((batch, max_len), float("-inf"), dtype=w.dtype, device=w.device)
         self.pos = torch.zeros(batch, dtype=torch.long, device=w.device)
         self.length = 0
+        self.shared: _SharedPrefix | None = None  # set by a prefill over distinct prompts
         self.cis = _rope_cis(inner.rotary_emb, max_len, w.device)  # (max_len, D/2) complex64
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, inverse: torch.Tensor | None = None) -> torch.Tensor:
         """Run the left-padded prompts; ids, mask: (N, P) -> next-token logits (N, V). With `inverse` (N,), ids and
-        mask hold only the U distinct prompts (U, P) and batch row r starts from prompt ``inverse[r]`` (each distinct
-        prompt runs once; its keys and values are copied to every row that shares it)."""
+        mask hold only the U distinct prompts (U, P) and batch row r starts from prompt ``inverse[r]``: each distinct
+        prompt runs once and its keys and values are kept once (:class:`_SharedPrefix`); the rows' own cache holds
+        only what they generate."""
         n, p = ids.shape
         h, kv = self.heads, self.kv_heads
         pos = position_ids(mask)  # (U, P)
         rows = slice(None) if inverse is None else inverse
-        self.bias[:, :p].masked_fill_(mask.bool()[rows], 0.0)
+        if inverse is None:
+            self.bias[:, :p].masked_fill_(mask.bool(), 0.0)
+        else:
+            self.shared = _SharedPrefix(len(self.layers), mask, inverse, kv, self.head_dim, self.bias.dtype)
         causal = torch.ones(p, p, dtype=torch.bool, device=ids.device).tril()
         eye = torch.eye(p, dtype=torch.bool, device=ids.device)
         attn_mask = ((causal & mask.bool()[:, None, :]) | eye)[:, None]  # (N, 1, P, P); eye: pads see themselves
@@ -163,8 +174,11 @@ class FastLlama:
             qkv = F.linear(self._norm(x), layer.wqkv, layer.bqkv).view(n, p, -1, self.head_dim)
             self._rotate_(qkv, cis)
             q, k, v = qkv.transpose(1, 2).split((h, kv, kv), dim=1)  # (N, heads | kv_heads, P, D)
-            self.cache[i, 0, :, :, :p] = k[rows]
-            self.cache[i, 1, :, :, :p] = v[rows]
+            if self.shared is None:
+                self.cache[i, 0, :, :, :p] = k
+                self.cache[i, 1, :, :, :p] = v
+            else:
+                self.shared.store(i, k, v)
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=kv != h, scale=1.0)
             x = x + F.linear(a.transpose(1, 2).reshape(n, p, -1), layer.wo, layer.bo)
             gate, up = F.linear(self._norm(x), layer.wgu, layer.bgu).chunk(2, dim=-1)
@@ -176,8 +190,11 @@ class FastLlama:
         """Append one token per row; tokens: (N,) -> next-token logits (N, V)."""
         n, t = tokens.shape[0], self.length
         h, kv = self.heads, self.kv_heads
-        self.bias[:, t] = 0.0
-        bias = self.bias[:, None, : t + 1].expand(n, kv, t + 1).reshape(n * kv, 1, t + 1)  # one row per kv head
+        shared = self.shared
+        slot = t if shared is None else t - shared.length  # the cache slot this step writes
+        if shared is None:
+            self.bias[:, t] = 0.0
+            bias = self.bias[:, None, : t + 1].expand(n, kv, t + 1).reshape(n * kv, 1, t + 1)  # one row per kv head
         cis = self.cis[self.pos][:, None]  # (N, 1, D/2)
         # the query heads of one kv head sit next to each other (HF repeat_kv order): treat them as G queries
         group_shape = (n * kv, h // kv, self.head_dim)
@@ -186,11 +203,15 @@ class FastLlama:
             qkv = F.linear(self._norm(x), layer.wqkv, layer.bqkv).view(n, -1, self.head_dim)  # (N, h + 2 kv, D)
             self._rotate_(qkv, cis)
             keys, values = self.keys[i], self.values[i]  # (N * kv, max_len, D)
-            keys.select(1, t).copy_(qkv[:, h: h + kv].reshape(n * kv, -1))
-            values.select(1, t).copy_(qkv[:, h + kv:].reshape(n * kv, -1))
-            scores = torch.baddbmm(bias, qkv[:, :h].reshape(group_shape), keys[:, : t + 1].transpose(1, 2))
-            a = torch.bmm(torch.softmax(scores, dim=-1), values[:, : t + 1])  # (N * kv, G, D)
-            x = _add_linear(x, a.view(n, -1), layer.wo_t, layer.bo)
+            keys.select(1, slot).copy_(qkv[:, h: h + kv].reshape(n * kv, -1))
+            values.select(1, slot).copy_(qkv[:, h + kv:].reshape(n * kv, -1))
+            q = qkv[:, :h].reshape(group_shape)
+            if shared is None:
+                scores = torch.baddbmm(bias, q, keys[:, : t + 1].transpose(1, 2))
+                a = torch.bmm(torch.softmax(scores, dim=-1), values[:, : t + 1]).view(n, -1)  # (N, h * D)
+            else:
+                a = shared.attend(i, q, keys[:, : slot + 1], values[:, : slot + 1])
+            x = _add_linear(x, a, layer.wo_t, layer.bo)
             gate, up = F.linear(self._norm(x), layer.wgu, layer.bgu).chunk(2, dim=-1)
             x = _add_linear(x, F.silu(gate).mul_(up), layer.wd_t, layer.bd)
         self.length, self.pos = t + 1, self.pos + 1
@@ -204,6 +225,9 @@ class FastLlama:
         t, order = self.length, rows.tolist()
         if any(b <= a for a, b in pairwise(order)):
             raise ValueError("keep: rows must be strictly increasing")
+        if self.shared is not None:
+            t -= self.shared.length  # the rows' own slots: what they generated
+            self.shared.keep(rows)
         for i, r in enumerate(order):
             if r != i:
                 self.cache[:, :, i, :, :t].copy_(self.cache[:, :, r, :, :t])
@@ -231,6 +255,60 @@ class FastLlama:
         h = x.float() if self.upcast else x
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True).add_(self.eps))
         return h.to(x.dtype) if self.upcast else h
+
+
+class _SharedPrefix:
+    """The prompts' keys and values kept once per distinct prompt, and the decoding attention that reads them once
+    per group of rows (cascade attention): for a GRPO group or the samples of one question, the G rows' queries
+    against their common prompt are one (G, D) x (D, P) matmul instead of G matrix-vector products over G copies.
+
+    A decoding step is memory-bound on the cache reads (at 256 rows and ~100 cached tokens a layer's keys and values
+    are ~30 MB); the prompt is about half of what a row attends to, so reading it once per group takes most of that
+    half away. Rows sit in a (U, kv_heads, Gmax, q heads per kv head) grid, group u at row ``u`` and column ``j``
+    (its rank in the group); grid cells no row holds are computed and never read. Scores over the prompt and over
+    the row's own tokens share one softmax, so the result is the full attention up to floating-point order.
+    """
+
+    def __init__(self, layers: int, mask: torch.Tensor, inverse: torch.Tensor, kv_heads: int, head_dim: int, dtype):
+        u, p = mask.shape
+        self.length, self.kv = p, kv_heads
+        self.k = [torch.empty(0)] * layers  # per layer: (U * kv_heads, P, D)
+        self.v = [torch.empty(0)] * layers
+        self.group = inverse.clone()  # (N,) each row's prompt
+        order = torch.argsort(inverse, stable=True)  # a row's column: its rank among the rows of its prompt
+        counts = torch.bincount(inverse, minlength=u)
+        starts = torch.cumsum(counts, 0) - counts
+        self.col = torch.empty_like(inverse)
+        self.col[order] = torch.arange(len(inverse), device=inverse.device) - starts[inverse[order]]
+        self.width = int(counts.max())  # Gmax
+        bias = torch.zeros(u, p, dtype=dtype, device=mask.device).masked_fill_(~mask.bool(), float("-inf"))
+        self.bias = bias[:, None, None].expand(u, kv_heads, 1, p).reshape(u * kv_heads, 1, p)
+
+    def store(self, i: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Layer i's prompt keys and values, k, v: (U, kv_heads, P, D)."""
+        self.k[i] = k.reshape(-1, *k.shape[2:])
+        self.v[i] = v.reshape(-1, *v.shape[2:])
+
+    def attend(self, i: int, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """Layer i's attention output (N, heads * D) of queries q (N * kv_heads, G, D) over the prompt and the
+        rows' own keys / values (N * kv_heads, S, D)."""
+        nkv, g, d = q.shape
+        n, u, w, p = nkv // self.kv, self.k[i].shape[0] // self.kv, self.width, self.length
+        grid = q.new_zeros(u, self.kv, w, g, d)
+        grid[self.group, :, self.col] = q.view(n, self.kv, g, d)
+        prompt = torch.baddbmm(self.bias, grid.view(u * self.kv, w * g, d), self.k[i].transpose(1, 2))
+        prompt = prompt.view(u, self.kv, w, g, p)[self.group, :, self.col]  # (N, kv, G, P)
+        own = torch.bmm(q, keys.transpose(1, 2)).view(n, self.kv, g, -1)  # (N, kv, G, S)
+        probs = torch.softmax(torch.cat([prompt, own], dim=-1), dim=-1)
+        grid = probs.new_zeros(u, self.kv, w, g, p)
+        grid[self.group, :, self.col] = probs[..., :p]
+        out = torch.bmm(grid.view(u * self.kv, w * g, p), self.v[i]).view(u, self.kv, w, g, d)[self.group, :, self.col]
+        own = torch.bmm(probs[..., p:].reshape(nkv, g, -1), values)  # (N * kv, G, D)
+        return out.reshape(n, -1).add_(own.view(n, -1))
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Only the batch rows `rows` stay (as :meth:`FastLlama.keep`); the prompts stay as they are."""
+        self.group, self.col = self.group[rows], self.col[rows]
 
 
 def _caster(dtype: torch.dtype | None):
