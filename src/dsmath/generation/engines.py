@@ -156,15 +156,15 @@ class FastLlama:
         """Run the left-padded prompts; ids, mask: (N, P) -> next-token logits (N, V). With `inverse` (N,), ids and
         mask hold only the U distinct prompts (U, P) and batch row r starts from prompt ``inverse[r]``: each distinct
         prompt runs once and its keys and values are kept once (:class:`_SharedPrefix`); the rows' own cache holds
-        only what they generate."""
+        only what they generate (lopsided groups: copied to every row that shares them instead)."""
         n, p = ids.shape
         h, kv = self.heads, self.kv_heads
         pos = position_ids(mask)  # (U, P)
         rows = slice(None) if inverse is None else inverse
-        if inverse is None:
-            self.bias[:, :p].masked_fill_(mask.bool(), 0.0)
-        else:
+        if inverse is not None and _SharedPrefix.worthwhile(inverse, n):
             self.shared = _SharedPrefix(len(self.layers), mask, inverse, kv, self.head_dim, self.bias.dtype)
+        else:  # every row gets its own copy of its prompt's keys and values
+            self.bias[:, :p].masked_fill_(mask.bool()[rows], 0.0)
         causal = torch.ones(p, p, dtype=torch.bool, device=ids.device).tril()
         eye = torch.eye(p, dtype=torch.bool, device=ids.device)
         attn_mask = ((causal & mask.bool()[:, None, :]) | eye)[:, None]  # (N, 1, P, P); eye: pads see themselves
@@ -175,8 +175,8 @@ class FastLlama:
             self._rotate_(qkv, cis)
             q, k, v = qkv.transpose(1, 2).split((h, kv, kv), dim=1)  # (N, heads | kv_heads, P, D)
             if self.shared is None:
-                self.cache[i, 0, :, :, :p] = k
-                self.cache[i, 1, :, :, :p] = v
+                self.cache[i, 0, :, :, :p] = k[rows]
+                self.cache[i, 1, :, :, :p] = v[rows]
             else:
                 self.shared.store(i, k, v)
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=kv != h, scale=1.0)
@@ -283,6 +283,12 @@ class _SharedPrefix:
         self.width = int(counts.max())  # Gmax
         bias = torch.zeros(u, p, dtype=dtype, device=mask.device).masked_fill_(~mask.bool(), float("-inf"))
         self.bias = bias[:, None, None].expand(u, kv_heads, 1, p).reshape(u * kv_heads, 1, p)
+
+    @staticmethod
+    def worthwhile(inverse: torch.Tensor, u: int) -> bool:
+        """Whether the (U, Gmax) grid of `inverse`'s groups stays within twice the rows (no lopsided groups, where
+        the grid's empty cells would cost more than the copies save)."""
+        return u * int(torch.bincount(inverse, minlength=u).max()) <= 2 * len(inverse)
 
     def store(self, i: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Layer i's prompt keys and values, k, v: (U, kv_heads, P, D)."""

@@ -14,7 +14,7 @@ distribution family. Top-p is left out because the training forward cannot repro
 a sampled token always lies inside the nucleus, so its full-vocabulary log-prob is finite.
 
 pi_old comes from the sampling pass itself, not from a second scoring pass: the sampler's cached decoding computes the
-same function as a full forward (checked to 1e-4 in tests/unit/test_rollout.py), so a scoring pass would cost one more
+same function as a full forward (checked to 1e-4 in tests/unit/test_logprobs.py), so a scoring pass would cost one more
 forward over every completion for the same numbers. Rescore with ``sequence_logprobs`` when sampling runs in a
 different precision or on a different engine than training (e.g. bf16 kernels), where the two drift apart.
 """
