@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import GPT2LMHeadModel, LlamaForCausalLM
 
 from dsmath.generation.logprobs import bucketed_logprobs, sequence_logprobs, shared_prefix_logprobs
 from dsmath.generation.rollout import Rollout, left_pad, sample, unique_prompts
-from tests.unit.tiny_lm import EOS, PAD, prompts_of, tiny_gpt2, tiny_llama
-
-
-@pytest.fixture(scope="module")
-def model() -> LlamaForCausalLM:
-    return tiny_llama()
-
-
-@pytest.fixture(scope="module")
-def gpt2() -> GPT2LMHeadModel:
-    return tiny_gpt2()
-
+from tests.unit.tiny_lm import EOS, PAD, prompts_of
+from tests.unit.tiny_lm import gpt2 as gpt2  # noqa: F401  (module fixture)
+from tests.unit.tiny_lm import model as model  # noqa: F401  (module fixture)
 
 # ----------------------------------------------------------------------------------------------------------------
 # log-probs: sampling pass == scoring pass (what lets the sampler's log-probs serve as pi_old)

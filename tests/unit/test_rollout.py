@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import GPT2LMHeadModel, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from dsmath.generation.engines import (
     FastLlama,
@@ -18,19 +18,11 @@ from dsmath.generation.engines import (
 )
 from dsmath.generation.logprobs import sequence_logprobs
 from dsmath.generation.rollout import left_pad, sample
-from tests.unit.tiny_lm import EOS, PAD, greedy, prompts_of, tiny_gpt2, tiny_llama
+from tests.unit.tiny_lm import EOS, PAD, greedy, prompts_of, tiny_llama
+from tests.unit.tiny_lm import gpt2 as gpt2  # noqa: F401  (module fixture)
+from tests.unit.tiny_lm import model as model  # noqa: F401  (module fixture)
 
 ENGINES = ["fast", "hf"]
-
-
-@pytest.fixture(scope="module")
-def model() -> LlamaForCausalLM:
-    return tiny_llama()
-
-
-@pytest.fixture(scope="module")
-def gpt2() -> GPT2LMHeadModel:
-    return tiny_gpt2()
 
 
 

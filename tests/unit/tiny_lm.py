@@ -1,7 +1,9 @@
-"""The tiny models and prompts the sampler and scoring tests share (test_rollout.py, test_logprobs.py)."""
+"""The tiny models, fixtures and prompts the sampler and scoring tests share (test_rollout.py, test_logprobs.py:
+import the fixtures `model` and `gpt2` by name)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
@@ -41,3 +43,13 @@ def prompts_of(lengths, seed: int = 0) -> list[list[int]]:
 def greedy(model, prompts, engine, n=12, **kw) -> Rollout:
     return sample(model, prompts, max_new_tokens=n, eos_token_id=kw.pop("eos", []), pad_token_id=PAD,
                   temperature=0.0, engine=engine, **kw)
+
+
+@pytest.fixture(scope="module")
+def model() -> LlamaForCausalLM:
+    return tiny_llama()
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> GPT2LMHeadModel:
+    return tiny_gpt2()

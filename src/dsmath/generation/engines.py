@@ -14,7 +14,7 @@ take the distinct prompts only, with the row -> prompt map, so the G rows of a g
 
 A decoding step is bound by reading the cache (every row's keys and values at every layer), not by its matmuls;
 when the rows of a group share a prompt (GRPO groups, maj@k samples), the fast engine reads that prompt once per
-group (cascade attention, :class:`_SharedPrefix`).
+group (cascade attention, :class:`SharedPrefix`).
 
 Both lay the batch out the same way: prompts left-padded to a common length P, so every row writes its step-t key
 into cache slot ``P + t``; a row's *position id* counts only its real tokens (pads are skipped), which is what makes
@@ -30,6 +30,8 @@ from itertools import pairwise
 
 import torch
 import torch.nn.functional as F
+
+from dsmath.generation.shared_prefix import SharedPrefix
 
 FAST_ROPE_TYPES = ("default", "linear", "llama3")  # static inv_freq / scaling, read from the HF rotary module
 
@@ -125,7 +127,7 @@ class FastLlama:
     ``(N * kv_heads, length, D)`` views of one layer's keys and values (faster than CPU SDPA for one query per
     row). Only slots ``[0, length)`` are ever read, all of them written (pads too), so it starts uninitialised.
     ``prefill(ids, mask, inverse)`` over the distinct prompts keeps each prompt's keys and values once
-    (:class:`_SharedPrefix`) and the rows' cache holds only what they generate (slot ``length - P``).
+    (:class:`SharedPrefix`) and the rows' cache holds only what they generate (slot ``length - P``).
     ``bias`` (N, max_len) is 0 on the slots a row may attend to (its real prompt tokens and all it generated),
     -inf elsewhere; ``pos`` (N,) is the position id of each row's next token. q is pre-scaled by 1/sqrt(D).
     """
@@ -149,21 +151,21 @@ class FastLlama:
         self.bias = torch.full((batch, max_len), float("-inf"), dtype=w.dtype, device=w.device)
         self.pos = torch.zeros(batch, dtype=torch.long, device=w.device)
         self.length = 0
-        self.shared: _SharedPrefix | None = None  # set by a prefill over distinct prompts
+        self.shared: SharedPrefix | None = None  # set by a prefill over distinct prompts
         self.cis = _rope_cis(inner.rotary_emb, max_len, w.device)  # (max_len, D/2) complex64
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, inverse: torch.Tensor | None = None) -> torch.Tensor:
         """Run the left-padded prompts; ids, mask: (N, P) -> next-token logits (N, V). With `inverse` (N,), ids and
         mask hold only the U distinct prompts (U, P) and batch row r starts from prompt ``inverse[r]``: each distinct
-        prompt runs once and its keys and values are kept once (:class:`_SharedPrefix`); the rows' own cache holds
+        prompt runs once and its keys and values are kept once (:class:`SharedPrefix`); the rows' own cache holds
         only what they generate (lopsided groups: copied to every row that shares them instead)."""
         n, p = ids.shape
         h, kv = self.heads, self.kv_heads
         pos = position_ids(mask)  # (U, P)
         rows = slice(None) if inverse is None else inverse
-        if inverse is not None and _SharedPrefix.worthwhile(inverse, n):
-            self.shared = _SharedPrefix(len(self.layers), mask, inverse, kv, self.head_dim, self.bias.dtype)
-        else:  # every row gets its own copy of its prompt's keys and values
+        if inverse is not None:
+            self.shared = SharedPrefix.over(len(self.layers), mask, inverse, kv, self.bias.dtype)
+        if self.shared is None:  # every row gets its own copy of its prompt's keys and values
             self.bias[:, :p].masked_fill_(mask.bool()[rows], 0.0)
         causal = torch.ones(p, p, dtype=torch.bool, device=ids.device).tril()
         eye = torch.eye(p, dtype=torch.bool, device=ids.device)
@@ -255,66 +257,6 @@ class FastLlama:
         h = x.float() if self.upcast else x
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True).add_(self.eps))
         return h.to(x.dtype) if self.upcast else h
-
-
-class _SharedPrefix:
-    """The prompts' keys and values kept once per distinct prompt, and the decoding attention that reads them once
-    per group of rows (cascade attention): for a GRPO group or the samples of one question, the G rows' queries
-    against their common prompt are one (G, D) x (D, P) matmul instead of G matrix-vector products over G copies.
-
-    A decoding step is memory-bound on the cache reads (at 256 rows and ~100 cached tokens a layer's keys and values
-    are ~30 MB); the prompt is about half of what a row attends to, so reading it once per group takes most of that
-    half away. Rows sit in a (U, kv_heads, Gmax, q heads per kv head) grid, group u at row ``u`` and column ``j``
-    (its rank in the group); grid cells no row holds are computed and never read. Scores over the prompt and over
-    the row's own tokens share one softmax, so the result is the full attention up to floating-point order.
-    """
-
-    def __init__(self, layers: int, mask: torch.Tensor, inverse: torch.Tensor, kv_heads: int, head_dim: int, dtype):
-        u, p = mask.shape
-        self.length, self.kv = p, kv_heads
-        self.k = [torch.empty(0)] * layers  # per layer: (U * kv_heads, P, D)
-        self.v = [torch.empty(0)] * layers
-        self.group = inverse.clone()  # (N,) each row's prompt
-        order = torch.argsort(inverse, stable=True)  # a row's column: its rank among the rows of its prompt
-        counts = torch.bincount(inverse, minlength=u)
-        starts = torch.cumsum(counts, 0) - counts
-        self.col = torch.empty_like(inverse)
-        self.col[order] = torch.arange(len(inverse), device=inverse.device) - starts[inverse[order]]
-        self.width = int(counts.max())  # Gmax
-        bias = torch.zeros(u, p, dtype=dtype, device=mask.device).masked_fill_(~mask.bool(), float("-inf"))
-        self.bias = bias[:, None, None].expand(u, kv_heads, 1, p).reshape(u * kv_heads, 1, p)
-
-    @staticmethod
-    def worthwhile(inverse: torch.Tensor, u: int) -> bool:
-        """Whether the (U, Gmax) grid of `inverse`'s groups stays within twice the rows (no lopsided groups, where
-        the grid's empty cells would cost more than the copies save)."""
-        return u * int(torch.bincount(inverse, minlength=u).max()) <= 2 * len(inverse)
-
-    def store(self, i: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Layer i's prompt keys and values, k, v: (U, kv_heads, P, D)."""
-        self.k[i] = k.reshape(-1, *k.shape[2:])
-        self.v[i] = v.reshape(-1, *v.shape[2:])
-
-    def attend(self, i: int, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """Layer i's attention output (N, heads * D) of queries q (N * kv_heads, G, D) over the prompt and the
-        rows' own keys / values (N * kv_heads, S, D)."""
-        nkv, g, d = q.shape
-        n, u, w, p = nkv // self.kv, self.k[i].shape[0] // self.kv, self.width, self.length
-        grid = q.new_zeros(u, self.kv, w, g, d)
-        grid[self.group, :, self.col] = q.view(n, self.kv, g, d)
-        prompt = torch.baddbmm(self.bias, grid.view(u * self.kv, w * g, d), self.k[i].transpose(1, 2))
-        prompt = prompt.view(u, self.kv, w, g, p)[self.group, :, self.col]  # (N, kv, G, P)
-        own = torch.bmm(q, keys.transpose(1, 2)).view(n, self.kv, g, -1)  # (N, kv, G, S)
-        probs = torch.softmax(torch.cat([prompt, own], dim=-1), dim=-1)
-        grid = probs.new_zeros(u, self.kv, w, g, p)
-        grid[self.group, :, self.col] = probs[..., :p]
-        out = torch.bmm(grid.view(u * self.kv, w * g, p), self.v[i]).view(u, self.kv, w, g, d)[self.group, :, self.col]
-        own = torch.bmm(probs[..., p:].reshape(nkv, g, -1), values)  # (N * kv, G, D)
-        return out.reshape(n, -1).add_(own.view(n, -1))
-
-    def keep(self, rows: torch.Tensor) -> None:
-        """Only the batch rows `rows` stay (as :meth:`FastLlama.keep`); the prompts stay as they are."""
-        self.group, self.col = self.group[rows], self.col[rows]
 
 
 def _caster(dtype: torch.dtype | None):
