@@ -13,4 +13,4 @@ def main(params: Params) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(main, multiprocess=True)

@@ -2,9 +2,11 @@
 
 Under ``torchrun`` / ``accelerate launch`` (``WORLD_SIZE`` > 1 in the environment) :func:`setup` joins the process
 group torch's launcher describes (gloo on CPU, NCCL on CUDA) and gives each rank its device; in a plain process it is
-world 1 and every collective below is the identity. Gradients are averaged by torch's own
-``DistributedDataParallel`` (the RL trainer wraps the policy in it); what is here only moves the small things a
-data-parallel RL step and a sharded evaluation exchange: Python objects (texts, per-row scores) and scalars.
+world 1 and every collective below is the identity. The supervised stages average gradients through
+accelerate's ``DistributedDataParallel``; the RL trainer calls :func:`average_gradients` after its backward (its
+forwards are several per backward). The rest moves the small things a data-parallel RL step and a sharded
+evaluation exchange: Python objects (texts, per-row scores) and scalars. :func:`launch` starts the local workers
+when params ask for ``common.processes`` > 1 (:func:`dsmath.stage.run_stage`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,28 @@ class World:
         base, extra = divmod(n, self.size)
         start = self.rank * base + min(self.rank, extra)
         return range(start, start + base + (self.rank < extra))
+
+
+def launch(processes: int, threads: int, argv: list[str]) -> int:
+    """Run this program again over `processes` local workers under ``torch.distributed.run`` (``--standalone``: a
+    rendezvous on this machine) with the same arguments, each worker at `threads` intra-op threads (0: torch's
+    default); returns the launcher's exit code (non-zero when any worker failed; the others are stopped then).
+
+    On a CPU the stages' small (hidden 160) forwards and decoding steps use two cores better as two one-thread
+    processes than as one two-thread process (benchmarks/README.md, "Processes"); on GPUs it is one worker per
+    device."""
+    import subprocess
+    import sys
+
+    main = sys.modules["__main__"]
+    spec = getattr(main, "__spec__", None)
+    target = ["-m", spec.name] if spec is not None else [main.__file__]
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)  # else the launcher sets 1 and warns about it
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
+           *target, *argv]
+    return subprocess.call(cmd, env=env)
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -103,6 +127,25 @@ def all_sum(world: World, values: list[float]) -> list[float]:
 def any_rank(world: World, flag: bool) -> bool:
     """True when `flag` is True on at least one rank."""
     return all_sum(world, [float(flag)])[0] > 0
+
+
+def average_gradients(world: World, parameters) -> None:
+    """Replace each gradient by its mean over ranks, in one all-reduce of all of them (a missing gradient counts as
+    zeros): what ``DistributedDataParallel`` does inside backward, but after any number of forwards, so the RL
+    trainer's bucketed and shared-prompt forwards (several per backward) run in every world. A no-op in one process."""
+    if not world.distributed:
+        return
+    import torch.distributed as dist
+
+    params = [p for p in parameters if p.requires_grad]
+    grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world.size
+    offset = 0
+    for p in params:
+        p.grad = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
 
 
 def barrier(world: World) -> None:

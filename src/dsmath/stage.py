@@ -48,13 +48,17 @@ def write_metrics(params: Params, stage: str, metrics: dict[str, Any]) -> Path:
     return path
 
 
-def run_stage(main: Callable[..., None], argv: list[str] | None = None) -> None:
+def run_stage(main: Callable[..., None], argv: list[str] | None = None, *, multiprocess: bool = False) -> None:
     """Validate params (exit 2 with a one-line message if invalid), seed, then run `main(params, *args)`.
 
     argv: ``[--params FILE] [ARG ...]``; FILE defaults to $DSMATH_PARAMS or ./params.yaml; ARGs (e.g. the model name
     of a `foreach` stage such as `evaluate@sft`) are passed on to `main`.
+    multiprocess: the stage runs under a launcher (its ranks split the work, rank 0 writes); with
+    ``common.processes`` > 1 and no launcher around it, the process re-runs itself under ``torch.distributed.run``
+    over that many local workers and exits with the launcher's code.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    relaunch = list(argv)
     path = None
     if "--params" in argv:
         i = argv.index("--params")
@@ -65,6 +69,10 @@ def run_stage(main: Callable[..., None], argv: list[str] | None = None) -> None:
     except ParamsError as err:
         print(f"error: invalid params: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    if multiprocess and params.common.processes > 1 and "WORLD_SIZE" not in os.environ:  # no launcher around it
+        from dsmath import distributed
+
+        raise SystemExit(distributed.launch(params.common.processes, params.common.num_threads, relaunch))
     if params.common.num_threads:
         import torch
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import smoke_params, subprocess_env, weights_digest, write_params
 
 SEED = "1234"
@@ -110,7 +111,10 @@ def test_two_process_evaluation_matches_one_process(chain, tmp_path):
     params = {d: _setup(chain, d, **small) for d in (one, two)}
     stage = ["-m", "stages.evaluate", "--params"]
     _run([sys.executable, *stage, params[one], "sft"], one)
-    _run([*TORCHRUN, *stage, params[two], "sft"], two)
+    two_params = yaml.safe_load(Path(params[two]).read_text())
+    two_params["common"]["processes"] = 2  # the stage launches itself over 2 workers: params alone
+    Path(params[two]).write_text(yaml.safe_dump(two_params))
+    _run([sys.executable, *stage, params[two], "sft"], two)
     m1, m2 = (json.loads((d / "metrics" / "eval" / "sft.json").read_text()) for d in (one, two))
     assert any("maj@" in k for k in m1)  # sampled metrics are compared too
     assert _untimed(m2) == _untimed(m1)

@@ -166,10 +166,9 @@ def test_two_process_ddp_matches_one_process(chain, tmp_path):
         _copy_inputs(chain, d, "data", "models/base")
     cmd = _pretrain_cmd(one, **settings)
     subprocess.run(cmd, cwd=one, env=subprocess_env(), check=True, capture_output=True)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    ddp = subprocess.run(
-        torchrun + _pretrain_cmd(two, **settings)[1:], cwd=two, env=subprocess_env(), capture_output=True, text=True
-    )
+    # common.processes: the stage launches itself over 2 workers (torch.distributed.run), params alone
+    ddp = subprocess.run(_pretrain_cmd(two, **settings, **{"common.processes": 2}), cwd=two, env=subprocess_env(),
+                         capture_output=True, text=True)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     loss_one = [float(r["loss"]) for r in _curve(one, "pretrain")]
     loss_two = [float(r["loss"]) for r in _curve(two, "pretrain")]

@@ -235,6 +235,9 @@ def test_metric_names_are_what_evaluate_model_reports(monkeypatch):
         def __call__(self, questions, mode, temperature):
             return ["The answer is \\boxed{1}." for _ in questions], [7 for _ in questions]
 
+        def map(self, fn, *columns):
+            return fn(*columns)
+
     monkeypatch.setattr(evaluate, "Generator", FakeGenerator)
     records = {name: [{"id": f"{name}{i}", "question": f"q{i}", "answer": "1"} for i in range(n)]
                for name, n in cfg.datasets.model_dump().items() if n}

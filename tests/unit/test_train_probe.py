@@ -21,8 +21,11 @@ def test_probe_metrics_hand_computed(monkeypatch):
     class FakeGenerator:
         last_number = False
 
-        def __init__(self, model, tok, cfg, sandbox_cfg, seed, dtype=None):
-            assert cfg.n_samples == 2 and cfg.k == [1, 2] and dtype is None
+        def __init__(self, model, tok, cfg, sandbox_cfg, seed, world=None, dtype=None):
+            assert cfg.n_samples == 2 and cfg.k == [1, 2] and dtype is None and world is None
+
+        def map(self, fn, *columns):  # one process: the scoring runs over every item
+            return fn(*columns)
 
         def __call__(self, questions, mode, temperature):
             if temperature == 0:
@@ -50,7 +53,7 @@ def test_probe_reports_every_mode_with_the_headline_first(monkeypatch):
         return {"greedy": {"cot": 0.1, "tool": 0.6}[mode], "pass@1": 0.5, "pass@2": 0.9, "n": 1.0}, [row]
 
     dtypes = []
-    monkeypatch.setattr(probe, "Generator", lambda *a, dtype=None: dtypes.append(dtype))
+    monkeypatch.setattr(probe, "Generator", lambda *a, world=None, dtype=None: dtypes.append(dtype))
     monkeypatch.setattr(probe, "evaluate_split", fake_split)
     metrics, rows = probe.accuracy_probe(None, None, [{}], Probe(k=2, mode="tool", modes=["cot", "tool"]),
                                          Sandbox(), Rewards(), seed=0, dtype=torch.bfloat16)

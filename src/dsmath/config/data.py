@@ -44,7 +44,9 @@ class Common(Section):
     python: str = ".venv/bin/python"  # interpreter DVC runs the stage commands with
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # compute precision (autocast); weights stay float32
-    num_threads: NonNegInt = 0  # torch intra-op threads; 0 = library default
+    num_threads: NonNegInt = 0  # torch intra-op threads of each process; 0 = library default
+    processes: PosInt = 1  # local worker processes of each torch stage (base, pretrain, sft, rl, evaluate): the
+    # stage launches itself over them (torch.distributed.run, gloo on CPU); 1 = one plain process
     paths: Paths = Paths()
     tracking: Tracking = Tracking()
 

@@ -10,7 +10,7 @@ one-process metrics: a sampled row's noise is keyed by its index, whichever rank
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from tqdm import tqdm
@@ -83,6 +83,13 @@ class Generator:
             lengths += ro.completion_mask.sum(dim=1).tolist()
         return gather_lists(self.world, texts), gather_lists(self.world, lengths)
 
+    def map(self, fn: Callable[..., list], *columns: Sequence) -> list:
+        """``fn(*columns)`` (a list per item) computed by each rank over its contiguous share of the items and
+        gathered in order on every rank: the scoring of completions (programs run, answers checked) is split over
+        the ranks like the decoding. In one process: ``fn(*columns)``."""
+        mine = self.world.shard(len(columns[0]))
+        return gather_lists(self.world, fn(*(list(c[mine.start : mine.stop]) for c in columns)))
+
 
 def evaluate_split(gen: Generator, records: Sequence[dict], mode: str, cfg, sandbox_cfg, rewards_cfg,
                    sampled: bool) -> tuple[dict[str, float], list[dict]]:
@@ -90,9 +97,9 @@ def evaluate_split(gen: Generator, records: Sequence[dict], mode: str, cfg, sand
     questions, golds = [r["question"] for r in records], [r["answer"] for r in records]
     t0 = time.perf_counter()
     greedy, lengths = gen(questions, mode, 0.0)
-    greedy_answers = final_answers(greedy, mode, sandbox_cfg, gen.last_number)
-    greedy_ok = are_equivalent(greedy_answers, golds, rewards_cfg.equivalence_timeout_s)
-    fmt = build_reward("format", mode, rewards_cfg, sandbox_cfg)(greedy, golds)
+    greedy_answers = gen.map(lambda t: final_answers(t, mode, sandbox_cfg, gen.last_number), greedy)
+    greedy_ok = gen.map(lambda a, g: are_equivalent(a, g, rewards_cfg.equivalence_timeout_s), greedy_answers, golds)
+    fmt = gen.map(build_reward("format", mode, rewards_cfg, sandbox_cfg), greedy, golds)
     metrics = {
         "greedy": sum(greedy_ok) / max(len(records), 1),
         "format_error_rate": 1.0 - sum(fmt) / max(len(fmt), 1),
@@ -112,8 +119,9 @@ def _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rewards_cfg
     n = cfg.n_samples
     t0 = time.perf_counter()
     texts, _ = gen([q for q in questions for _ in range(n)], mode, cfg.temperature)
-    answers = final_answers(texts, mode, sandbox_cfg, gen.last_number)
-    flat = are_equivalent(answers, [g for g in golds for _ in range(n)], rewards_cfg.equivalence_timeout_s)
+    answers = gen.map(lambda t: final_answers(t, mode, sandbox_cfg, gen.last_number), texts)
+    flat = gen.map(lambda a, g: are_equivalent(a, g, rewards_cfg.equivalence_timeout_s), answers,
+                   [g for g in golds for _ in range(n)])
     per_problem = [answers[i * n : (i + 1) * n] for i in range(len(questions))]
     correct = [flat[i * n : (i + 1) * n] for i in range(len(questions))]
     out = {"sampled_problems_per_s": len(questions) / max(time.perf_counter() - t0, 1e-9)}

@@ -18,7 +18,7 @@ One step (``RLTrainer.step``):
 Across processes (``torchrun`` / ``accelerate launch``, see :mod:`dsmath.distributed`) the step is data-parallel:
 each rank samples and scores whole groups of the global batch (a group never straddles ranks; each row's sampling
 noise is keyed by its global index, so a rank samples exactly what one process would for those rows), the loss
-of every rank is normalised by the *global* denominators (DDP's gradient average then equals the one-process
+of every rank is normalised by the *global* denominators (the gradient average over ranks then equals the one-process
 gradient), and the step's metrics are computed over the rows of every rank. ``rl.prompts_per_step`` is the global
 batch: results do not depend on the process count up to floating-point summation order.
 """
@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from dsmath import prompts
-from dsmath.distributed import World, all_sum, any_rank, gather_objects
+from dsmath.distributed import World, all_sum, any_rank, average_gradients, gather_objects
 from dsmath.generation.engines import autocast, position_ids
 from dsmath.generation.logprobs import bucketed_logprobs, shared_prefix_logprobs
 from dsmath.generation.rollout import Rollout, ToolMode, decode_completions, sample
@@ -48,9 +48,10 @@ class RLTrainer:
     """Policy, frozen reference, optional critic, optimiser and the deterministic prompt stream of one RL run.
 
     world: this process's rank and device (:mod:`dsmath.distributed`); the models move to its device, and with
-    more than one rank the policy (and critic) train inside ``DistributedDataParallel``. dtype: the precision of
-    sampling and of the training forwards (autocast; the weights and AdamW state stay float32); when it is not
-    float32 the old log-probs are recomputed by the training forward, so the ratio compares like with like.
+    more than one rank the gradients of the policy (and critic) are averaged over ranks after each backward.
+    dtype: the precision of sampling and of the training forwards (autocast; the weights and AdamW state stay
+    float32); when it is not float32 the old log-probs are recomputed by the training forward, so the ratio compares
+    like with like.
     """
 
     def __init__(self, cfg, policy, tokenizer, problems: Sequence[dict], scorer: Scorer, seed: int,
@@ -69,8 +70,6 @@ class RLTrainer:
         if self.algo.critic:
             self.critic = ppo_math.ValueModel(copy.deepcopy(policy)).to(self.world.device)
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=cfg.ppo.critic_lr)
-        self.train_policy, self.train_critic = _data_parallel(self.policy, self.world), _data_parallel(self.critic,
-                                                                                                        self.world)
         self.gen = torch.Generator().manual_seed(seed)  # only draws each rollout's noise seed: the same on every rank
         self.seed, self.step_count, self.skipped, self.cursor = seed, 0, 0, 0
         self.tool = ToolMode(tool_fn, tokenizer, max_calls=cfg.max_tool_calls) if tool_fn else None
@@ -179,11 +178,8 @@ class RLTrainer:
     def logprobs(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, t: int) -> torch.Tensor:
         """(N, T) log-probs of the completions under `model` at the rollout temperature: one forward, or
         ``rl.train_buckets`` forwards over length-sorted groups of rows, with ``rl.share_prompts`` after one
-        forward over the distinct prompts whose keys and values the rows of a group share (both in one process
-        only: DDP wants one forward per backward)."""
-        if self.world.distributed:
-            return bucketed_logprobs(model, input_ids, attention_mask, t, buckets=1,
-                                     temperature=self.cfg.temperature, dtype=self.dtype)
+        forward over the distinct prompts whose keys and values the rows of a group share (in any number of
+        processes: the gradients are averaged after the backward, not inside it)."""
         fn = shared_prefix_logprobs if self.cfg.share_prompts else bucketed_logprobs
         return fn(model, input_ids, attention_mask, t, buckets=self.cfg.train_buckets,
                   temperature=self.cfg.temperature, dtype=self.dtype)
@@ -205,7 +201,7 @@ class RLTrainer:
         token out of the forward pass; the aggregation's denominators then stay those of the whole batch (its
         minibatch share), so the policy-gradient term is unchanged and only the skipped rows' KL term is lost.
         Across ranks each minibatch is the union of every rank's share; its denominators are summed over ranks and
-        each rank's loss is scaled by the world size, which DDP's gradient *average* undoes.
+        each rank's loss is scaled by the world size, which the gradient *average* over ranks undoes.
         """
         cfg, world = self.cfg, self.world
         rows = keep.nonzero().squeeze(-1)
@@ -230,9 +226,9 @@ class RLTrainer:
                     mask = ro.loss_mask[mb]
                     n_rows, n_tokens = all_sum(world, [float((mask.sum(-1) > 0).sum()), float(mask.sum())])
                     norm |= {"rows": n_rows, "tokens": n_tokens}
-                weight = 1.0 if len(mb) else 0.0  # a rank with no row this minibatch still joins DDP's all-reduce
+                weight = 1.0 if len(mb) else 0.0  # a rank with no row this minibatch still joins the all-reduce
                 mb = mb if len(mb) else rows[:1] if len(rows) else torch.zeros(1, dtype=torch.long, device=rows.device)
-                lp = self.logprobs(self.train_policy, ro.input_ids[mb], ro.attention_mask[mb], t)
+                lp = self.logprobs(self.policy, ro.input_ids[mb], ro.attention_mask[mb], t)
                 old = ro.logprobs[mb] if self.algo.ratio else lp.detach()
                 loss, stats = policy_loss(lp, old, adv[mb], ro.loss_mask[mb], clip_eps=cfg.clip_eps,
                                           ref_logprobs=ref_lp[mb], beta=beta, kl=cfg.kl, aggregation=cfg.aggregation,
@@ -253,13 +249,15 @@ class RLTrainer:
                                                           sum(k in r for r in ranks)) for k in ranks[0]}
 
     def _optimise(self, loss: torch.Tensor) -> dict[str, float]:
-        """Backward, clip, step; a non-finite loss or gradient (on any rank) skips the step on every rank (counted)
-        instead of corrupting it. Gradients are all-reduced by DDP inside backward, so the norm is the same on all."""
+        """Backward, average the gradients over ranks, clip, step; a non-finite loss or gradient (on any rank) skips
+        the step on every rank (counted) instead of corrupting it. The averaged gradient, hence its norm, is the same
+        on every rank."""
         self.opt.zero_grad(set_to_none=True)
         if any_rank(self.world, not bool(torch.isfinite(loss))):
             self.skipped += 1
             return {"grad_norm": float("nan")}
         loss.backward()
+        average_gradients(self.world, self.policy.parameters())
         norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.max_grad_norm)
         if not torch.isfinite(norm):
             self.opt.zero_grad(set_to_none=True)
@@ -271,11 +269,12 @@ class RLTrainer:
 
     def _critic_step(self, ro: Rollout, old_values: torch.Tensor, returns: torch.Tensor,
                      weight: float = 1.0) -> dict[str, float]:
-        """One critic step; across ranks the value loss is each rank's token mean (DDP averages the ranks)."""
-        values = self.values(ro, self.train_critic)
+        """One critic step; across ranks the value loss is each rank's token mean (the gradients are averaged)."""
+        values = self.values(ro)
         loss = ppo_math.value_loss(values, old_values, returns, ro.loss_mask, self.cfg.ppo.value_clip)
         self.critic_opt.zero_grad(set_to_none=True)
         (loss * weight).backward()
+        average_gradients(self.world, self.critic.parameters())
         torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.max_grad_norm)
         self.critic_opt.step()
         return {"value_loss": float(loss.detach())}
@@ -361,17 +360,6 @@ class RLTrainer:
         if self.critic is not None:
             self.critic.load_state_dict(s["critic"])
             self.critic_opt.load_state_dict(s["critic_opt"])
-
-
-def _data_parallel(model, world: World):
-    """`model` inside torch's DistributedDataParallel when there are several ranks (the training forwards go through
-    it; sampling and checkpoints use the bare module, which shares its parameters); else `model` itself."""
-    if model is None or not world.distributed:
-        return model
-    from torch.nn.parallel import DistributedDataParallel
-
-    ids = [world.device.index] if world.device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids)
 
 
 def _frozen_copy(model):

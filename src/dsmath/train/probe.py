@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from dsmath.config import Evaluate
+from dsmath.distributed import World
 from dsmath.evaluation.evaluate import Generator, evaluate_split
 
 
@@ -25,15 +26,16 @@ def _eval_cfg(probe) -> Evaluate:
 
 
 def accuracy_probe(model, tokenizer, records: Sequence[dict], probe, sandbox_cfg, rewards_cfg, seed: int,
-                   dtype: torch.dtype | None = None) -> tuple[dict[str, float], list[dict]]:
+                   dtype: torch.dtype | None = None, world: World | None = None) -> tuple[dict[str, float], list[dict]]:
     """Greedy accuracy in every probe mode; pass@k, maj@k and mean sampled accuracy in the headline mode.
 
     `probe` is the params `Probe` section; `dtype` the decoding precision (params ``common.dtype``, as the evaluate
     stage decodes; None or float32: the model's own). Returns (metrics, rows): rows hold the question, gold, greedy
-    completion and verdict of each problem in the headline mode, for an MLflow table.
+    completion and verdict of each problem in the headline mode, for an MLflow table. world: the ranks that share
+    the decoding (every rank returns the same; default: one process).
     """
     cfg = _eval_cfg(probe)
-    gen = Generator(model, tokenizer, cfg, sandbox_cfg, seed, dtype=dtype)
+    gen = Generator(model, tokenizer, cfg, sandbox_cfg, seed, world=world, dtype=dtype)
     metrics: dict[str, float] = {"probe_problems": float(len(records))}
     rows: list[dict] = []
     for mode in dict.fromkeys([probe.mode, *probe.modes]):  # headline first, each mode once

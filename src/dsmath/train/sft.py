@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dsmath import distributed
 from dsmath import model as models
 from dsmath.data.io import read_jsonl
 from dsmath.distributed import resolve_dtype
@@ -57,6 +58,10 @@ def sft(params, accelerator, log: LogFn) -> recipes.Outcome:
         lengths=[len(ids) for ids, _ in examples],
     )
     metrics = causal.loop_metrics(state) | {"train_examples": len(examples)}
+    probe_set = read_jsonl(synthetic / "val.jsonl")[: section.probe.n_problems]  # never the test split
+    world = distributed.setup(params.common.device)  # the probe's problems are split over the ranks
+    probe_metrics, rows = probe.accuracy_probe(model, tokenizer, probe_set, section.probe, params.sandbox,
+                                              params.rewards, seed, resolve_dtype(params.common.dtype), world)
     if not accelerator.is_main_process:
         return recipes.Outcome(model, tokenizer, state.history, metrics)
     mean_len = sum(len(ids) for ids, _ in examples) / len(examples)
@@ -68,7 +73,4 @@ def sft(params, accelerator, log: LogFn) -> recipes.Outcome:
         pad,
         section.train.micro_batch_size,
     )
-    probe_set = read_jsonl(synthetic / "val.jsonl")[: section.probe.n_problems]  # never the test split
-    probe_metrics, rows = probe.accuracy_probe(model, tokenizer, probe_set, section.probe, params.sandbox,
-                                              params.rewards, seed, resolve_dtype(params.common.dtype))
     return recipes.Outcome(model, tokenizer, state.history, metrics | probe_metrics, rows)
