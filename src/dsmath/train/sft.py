@@ -13,7 +13,6 @@ from pathlib import Path
 from dsmath import distributed
 from dsmath import model as models
 from dsmath.data.io import read_jsonl
-from dsmath.distributed import resolve_dtype
 from dsmath.train import causal, data, evaluate, probe, recipes
 from dsmath.train.loop import LogFn, train
 
@@ -58,18 +57,18 @@ def sft(params, accelerator, log: LogFn) -> recipes.Outcome:
         lengths=[len(ids) for ids, _ in examples],
     )
     metrics = causal.loop_metrics(state) | {"train_examples": len(examples)}
-    probe_set = read_jsonl(synthetic / "val.jsonl")[: section.probe.n_problems]  # never the test split
+    val = read_jsonl(synthetic / "val.jsonl")  # held-out loss and probe: never the test split
     world = distributed.setup(params.common.device)  # the probe's problems are split over the ranks
-    probe_metrics, rows = probe.accuracy_probe(model, tokenizer, probe_set, section.probe, params.sandbox,
-                                              params.rewards, seed, resolve_dtype(params.common.dtype), world)
+    probe_metrics, rows = probe.accuracy_probe(model, tokenizer, val[: section.probe.n_problems], section.probe,
+                                              params.sandbox, params.rewards, seed,
+                                              distributed.resolve_dtype(params.common.dtype), world)
     if not accelerator.is_main_process:
         return recipes.Outcome(model, tokenizer, state.history, metrics)
     mean_len = sum(len(ids) for ids, _ in examples) / len(examples)
     metrics |= causal.speed_metrics(model, state, mean_len)
-    val = read_jsonl(synthetic / "val.jsonl")[: section.val_examples]
     metrics |= heldout_loss(
         model,
-        examples_for(val, section.mix, tokenizer, section.train.seq_len, seed + 1),
+        examples_for(val[: section.val_examples], section.mix, tokenizer, section.train.seq_len, seed + 1),
         pad,
         section.train.micro_batch_size,
     )
