@@ -20,6 +20,7 @@ and the model answers ``2 + 3 = 5.\\nThe answer is \\boxed{5}.<|end|>`` (``<|end
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 Mode = Literal["cot", "pot", "tool"]
@@ -71,6 +72,17 @@ def sft_ids(prompt: str, target: str, tokenizer) -> tuple[list[int], list[int]]:
 
     Returns ``(input_ids, labels)``, both of length ``len(prompt_ids) + len(target_ids) + 1``.
     """
-    p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    t = tokenizer(target.strip(), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    return p + t, [-100] * len(p) + t
+    return sft_ids_batch([prompt], [target], tokenizer)[0]
+
+
+def sft_ids_batch(prompts: Sequence[str], targets: Sequence[str], tokenizer) -> list[tuple[list[int], list[int]]]:
+    """:func:`sft_ids` of many examples: the prompts and the targets are each encoded in one call of the tokenizer
+    (a fast tokenizer encodes a batch in Rust, without a Python round trip per text): the same ids."""
+    if len(prompts) != len(targets):
+        raise ValueError(f"sft_ids_batch: {len(prompts)} prompts but {len(targets)} targets")
+    if not prompts:
+        return []
+    eos = [tokenizer.eos_token_id]
+    p_ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    t_ids = tokenizer([t.strip() for t in targets], add_special_tokens=False)["input_ids"]
+    return [(p + t + eos, [-100] * len(p) + t + eos) for p, t in zip(p_ids, t_ids, strict=True)]

@@ -60,3 +60,18 @@ def test_sft_ids_mask_the_prompt_and_end_with_eos(tok):
     assert ids == p + t + [tok.eos_token_id]
     assert labels == [-100] * len(p) + t + [tok.eos_token_id]
     assert tok.decode(ids) == prompts.sft_text(prompt, target, tok)
+
+
+def test_sft_ids_batch_encodes_each_example_as_alone(tok):
+    questions = ["What is 3 + 4?", "A shop sells 12 pens at 3 each. What do they cost?", "What is 5% of 40?"]
+    targets = ["3 + 4 = 7.\nThe answer is \\boxed{7}.\n", "  12 * 3 = 36.\nThe answer is \\boxed{36}.",
+               "```python\nprint(40 * 5 / 100)\n```\nThe answer is \\boxed{2}."]
+    texts = [prompts.format_prompt(q, m, tok) for q, m in zip(questions, ["cot", "cot", "tool"], strict=True)]
+    batch = prompts.sft_ids_batch(texts, targets, tok)
+    for (ids, labels), text, target in zip(batch, texts, targets, strict=True):
+        p = tok(text, add_special_tokens=False)["input_ids"]
+        t = tok(target.strip(), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        assert (ids, labels) == (p + t, [-100] * len(p) + t)
+    assert prompts.sft_ids_batch([], [], tok) == []
+    with pytest.raises(ValueError, match="targets"):
+        prompts.sft_ids_batch(texts, targets[:2], tok)

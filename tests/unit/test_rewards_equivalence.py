@@ -170,6 +170,8 @@ def test_parse_number(s, value):
         ("5", "2k+2", False),
         ("5", "\\text{east}", False),
         ("5", "52_8", False),
+        ("\\", "69", False),  # a cut-off answer: no digit, no letter
+        ("{}", "3/10", False),
         ("x^2+2x+1", "(x+1)^2", None),
     ],  # symbolic: sympy
 )

@@ -57,6 +57,8 @@ def fast_verdict(pred: str, gold: str) -> bool | None:
         return False if abs(a - b) > CLEARLY_DIFFERENT * max(abs(a), abs(b)) else None
     if (a is None) != (b is None) and _cannot_be_a_number(p if a is None else g):
         return False
+    if (a is None) != (b is None) and not any(ch.isalnum() for ch in (p if a is None else g)):
+        return False  # no digit and no letter (a cut-off "\\", "{}"): no number at all
     x, y = evaluate_latex(p), evaluate_latex(g)
     if x is None or y is None:
         return None

@@ -75,13 +75,10 @@ def sft_examples(
     records: Sequence[dict], modes: Sequence[str], tokenizer, max_len: int
 ) -> list[tuple[list[int], list[int]]]:
     """Token ids and labels of one SFT example per (record, mode); examples longer than `max_len` are dropped."""
-    out = []
-    for rec, mode in zip(records, modes, strict=True):
-        prompt = prompts.format_prompt(rec["question"], mode, tokenizer)
-        ids, labels = prompts.sft_ids(prompt, rec[mode], tokenizer)
-        if len(ids) <= max_len:
-            out.append((ids, labels))
-    return out
+    pairs = list(zip(records, modes, strict=True))
+    texts = [prompts.format_prompt(rec["question"], mode, tokenizer) for rec, mode in pairs]
+    examples = prompts.sft_ids_batch(texts, [rec[mode] for rec, mode in pairs], tokenizer)
+    return [(ids, labels) for ids, labels in examples if len(ids) <= max_len]
 
 
 def pad_batch(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
