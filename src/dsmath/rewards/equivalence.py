@@ -55,10 +55,10 @@ def fast_verdict(pred: str, gold: str) -> bool | None:
         if a == b:
             return True
         return False if abs(a - b) > CLEARLY_DIFFERENT * max(abs(a), abs(b)) else None
-    if (a is None) != (b is None) and _cannot_be_a_number(p if a is None else g):
-        return False
-    if (a is None) != (b is None) and not any(ch.isalnum() for ch in (p if a is None else g)):
-        return False  # no digit and no letter (a cut-off "\\", "{}"): no number at all
+    if (a is None) != (b is None):  # one side is a plain number, the other is not
+        other = p if a is None else g
+        if _cannot_be_a_number(other) or not any(ch.isalnum() for ch in other):
+            return False  # structure or a variable, or no digit and no letter at all (a cut-off "\\", "{}")
     x, y = evaluate_latex(p), evaluate_latex(g)
     if x is None or y is None:
         return None
