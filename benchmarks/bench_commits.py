@@ -27,47 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
-TIMING = ("time_", "_per_s", "wall_s", "seconds", "s_per_step", "peak_rss_mb", "mfu", "matmul_gflops", "tokens_per_s")
-
-
-def set_dotted(tree: dict, dotted: str, value) -> None:
-    """tree[a][b][c] = value for dotted 'a.b.c' (the parents must exist: a key a side does not know is an error)."""
-    *parents, leaf = dotted.split(".")
-    for p in parents:
-        tree = tree[p]
-    tree[leaf] = value
-
-
-def side_params(side: Path, data_root: Path, out: Path, stage: str, overrides: list[str]) -> Path:
-    """`side`'s params.yaml with the overrides, inputs read from `data_root` and every output under `out`."""
-    raw = yaml.safe_load((side / "params.yaml").read_text())
-    paths = raw["common"]["paths"]
-    for key, value in paths.items():
-        paths[key] = str(data_root / value)
-    for key in ("metrics", "eval", "checkpoints", "plots", "reports"):
-        paths[key] = str(out / key)
-    models = out / "models"  # links to the chain's models; the stage writes its own
-    models.mkdir(parents=True)
-    for child in Path(paths["models"]).iterdir():
-        if child.name != stage:
-            (models / child.name).symlink_to(child)
-    paths["models"] = str(models)
-    raw["common"]["tracking"] |= {"uri": f"sqlite:///{out}/mlflow.db", "artifacts": str(out / "mlartifacts")}
-    raw["common"]["python"] = sys.executable
-    for item in overrides:
-        key, value = item.split("=", 1)
-        set_dotted(raw, key, yaml.safe_load(value))
-    path = out / "params.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
-
-
-def stage_metrics(out: Path, stage: str, arg: str | None) -> dict:
-    name = {"evaluate": f"eval/{arg}", "rl": f"rl/seed-{arg}"}.get(stage, stage)
-    path = out / "metrics" / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+from bench_processes import stage_metrics, stage_params, untimed
 
 
 def run_side(side: Path, data_root: Path, stage: str, arg: str | None, overrides: list[str]) -> dict:
@@ -76,7 +36,7 @@ def run_side(side: Path, data_root: Path, stage: str, arg: str | None, overrides
 
     out = Path(tempfile.mkdtemp(prefix="bench_commits_"))
     try:
-        params = side_params(side, data_root, out, stage, overrides)
+        params = stage_params(side, data_root, out, stage, overrides)
         env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "DSMATH_PARENT_RUN_ID")}
         env["PYTHONPATH"] = str(side / "src")
         peak = matmul_flops_per_s() / 1e9
@@ -102,6 +62,8 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
+
+    from dsmath.tracking import cpu_name
 
     torch.set_num_threads(2)
     root = Path(__file__).resolve().parents[1]
@@ -139,24 +101,13 @@ def main() -> None:
         speedup = old / new if key == "wall_s" else new / old
         table[key] = {"old": old, "new": new, "speedup": speedup}
         print(f"{key:<50}{old:>10.1f}{new:>10.1f}{speedup:>9.2f}x")
-    untimed = [{k: v for k, v in run["metrics"].items() if not any(t in k for t in TIMING)}
-               for name in ("old", "new") for run in runs[name]]
-    same = all(u == untimed[0] for u in untimed)
+    kept = [untimed(run["metrics"]) for name in ("old", "new") for run in runs[name]]
+    same = all(k == kept[0] for k in kept)
     print(f"untimed metrics equal on both sides: {same}")
     if args.out:
         Path(args.out).write_text(json.dumps({
             "stage": args.stage, "arg": args.arg, "overrides": args.set, "old": old_rev, "new": new_rev,
-            "cpu": _cpu(), "table": table, "untimed_equal": same, "runs": runs}, indent=1) + "\n")
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+            "cpu": cpu_name(), "table": table, "untimed_equal": same, "runs": runs}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -32,19 +32,22 @@ import yaml
 TIMING = ("time_", "_per_s", "wall_s", "seconds", "s_per_step", "peak_rss_mb", "mfu", "matmul_gflops", "tokens_per_s")
 
 
-def _set(tree: dict, dotted: str, value) -> None:
+def set_dotted(tree: dict, dotted: str, value) -> None:
+    """tree[a][b][c] = value for dotted 'a.b.c' (the parents must exist: an unknown key is an error)."""
     *parents, leaf = dotted.split(".")
     for p in parents:
         tree = tree[p]
     tree[leaf] = value
 
 
-def run_params(root: Path, out: Path, stage: str, processes: int, threads: int, overrides: list[str]) -> Path:
-    """root's params.yaml with the setting, the overrides and every output path under `out`; returns its path."""
-    raw = yaml.safe_load((root / "params.yaml").read_text())
+def stage_params(side: Path, data_root: Path, out: Path, stage: str, overrides: list[str],
+                 updates: dict | None = None) -> Path:
+    """`side`'s params.yaml with its inputs read from `data_root`, every output under `out`, the `updates` to its
+    common section and the KEY=VALUE overrides; returns the written file's path."""
+    raw = yaml.safe_load((side / "params.yaml").read_text())
     paths = raw["common"]["paths"]
     for key, value in paths.items():
-        paths[key] = str(root / value)
+        paths[key] = str(data_root / value)
     for key in ("metrics", "eval", "checkpoints", "plots", "reports"):
         paths[key] = str(out / key)
     models = out / "models"  # a private models folder linking to the chain's models (the stage writes its own)
@@ -54,14 +57,18 @@ def run_params(root: Path, out: Path, stage: str, processes: int, threads: int, 
             (models / child.name).symlink_to(child)
     paths["models"] = str(models)
     raw["common"]["tracking"] |= {"uri": f"sqlite:///{out}/mlflow.db", "artifacts": str(out / "mlartifacts")}
-    raw["common"]["processes"], raw["common"]["num_threads"] = processes, threads
-    raw["common"]["python"] = sys.executable
+    raw["common"] |= {"python": sys.executable, **(updates or {})}
     for item in overrides:
         key, value = item.split("=", 1)
-        _set(raw, key, yaml.safe_load(value))
+        set_dotted(raw, key, yaml.safe_load(value))
     path = out / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
+
+
+def run_params(root: Path, out: Path, stage: str, processes: int, threads: int, overrides: list[str]) -> Path:
+    """root's params.yaml with the setting, the overrides and every output path under `out`; returns its path."""
+    return stage_params(root, root, out, stage, overrides, {"processes": processes, "num_threads": threads})
 
 
 def untimed(metrics: dict) -> dict:
