@@ -1,7 +1,10 @@
 """What every stage entry point shares: load and validate params before anything else, seed, write metrics.
 
 A stage module is ``def main(params) -> None`` plus ``if __name__ == "__main__": run_stage(main)``.
-Invalid params end the process with exit code 2 and one line naming the key, before any output is touched.
+Invalid params end the process with exit code 2 and one line naming the key, before any output is touched; so do
+refused inputs (a raw data file's bad line, an empty benchmark params ask for, an unreachable MLflow server). Under
+`dvc repro`, which removes a stage's outputs before its command runs, the outputs of the last run are then put back
+(:mod:`dsmath.restore`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dsmath.config import Params, ParamsError, load_params
+from dsmath.errors import StageError
 
 
 def seed_everything(seed: int) -> None:
@@ -48,6 +52,21 @@ def write_metrics(params: Params, stage: str, metrics: dict[str, Any]) -> Path:
     return path
 
 
+def _restore_after_dvc() -> None:
+    """Under `dvc repro` (DVC_STAGE set), DVC has removed the stage's outputs before this command ran: put back those
+    of the last good run (dvc.lock) so that a refused params file costs nothing."""
+    stage = os.environ.get("DVC_STAGE")
+    if not stage:
+        return
+    from dsmath.restore import restore_stage_outputs
+
+    restored, lost = restore_stage_outputs(stage, os.environ.get("DVC_ROOT", "."))
+    if restored:
+        print(f"{stage}: outputs of the last run restored ({', '.join(restored)})", file=sys.stderr)
+    if lost:
+        print(f"{stage}: outputs DVC removed that no cache or commit holds: {', '.join(lost)}", file=sys.stderr)
+
+
 def run_stage(main: Callable[..., None], argv: list[str] | None = None, *, multiprocess: bool = False) -> None:
     """Validate params (exit 2 with a one-line message if invalid), seed, then run `main(params, *args)`.
 
@@ -68,6 +87,7 @@ def run_stage(main: Callable[..., None], argv: list[str] | None = None, *, multi
         params = load_params(path)
     except ParamsError as err:
         print(f"error: invalid params: {err}", file=sys.stderr)
+        _restore_after_dvc()
         raise SystemExit(2) from None
     if multiprocess and params.common.processes > 1 and "WORLD_SIZE" not in os.environ:  # no launcher around it
         from dsmath import distributed
@@ -78,4 +98,9 @@ def run_stage(main: Callable[..., None], argv: list[str] | None = None, *, multi
 
         torch.set_num_threads(params.common.num_threads)
     seed_everything(params.common.seed)
-    main(params, *argv)
+    try:
+        main(params, *argv)
+    except StageError as err:  # bad data, no tracking server, divergence: one line naming the cause
+        print(f"error: {err}", file=sys.stderr)
+        _restore_after_dvc()
+        raise SystemExit(err.exit_code) from None

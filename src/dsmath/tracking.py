@@ -11,13 +11,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from dsmath.errors import RefusedInput
+
 PARENT_ENV = "DSMATH_PARENT_RUN_ID"
+PROCESS_TAG = "dsmath.process"  # where a stage run's process lives (host, boot, pid namespace, pid, start time)
 RUN_ID_ENV = "DSMATH_RUN_ID"  # set while a stage run is open, so subprocesses (accelerate workers) can find it
 MODEL_URI_TAG = "dsmath.model_uri"  # set on a stage run that logged its final model
 _BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
@@ -38,10 +43,60 @@ def tracking_uri(tracking) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or tracking.uri
 
 
+class TrackingUnavailable(RefusedInput, RuntimeError):
+    """The MLflow tracking server does not answer; the message is one line naming the URI and where it was set."""
+
+
+PROBE_TIMEOUT_S = 5.0  # connect and read timeout of the reachability probe of an http(s) tracking server
+_reachable: set[str] = set()  # URIs that answered once in this process (probed once per process)
+
+
+def _redacted(uri: str) -> str:
+    """`uri` without the password of its user info (`http://me:pw@host` -> `http://me:***@host`)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    netloc = f"{parts.username}:***@{parts.netloc.rsplit('@', 1)[1]}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def check_reachable(uri: str, source: str = "MLFLOW_TRACKING_URI", timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Raise TrackingUnavailable (one line) unless the http(s) tracking server `uri` answers within `timeout` s.
+
+    One GET of `<uri>/health` without retries: any HTTP answer (even 401/404) or a TLS error (MLflow's own TLS
+    settings decide those) counts as reachable; a refused or timed-out connection, or an unknown host, does not.
+    Without it a dead server costs ~270 s of MLflow's HTTP retries before a traceback. The retries of the real
+    calls are left as configured (transient errors during a run are still retried). Other URIs: nothing to probe.
+    """
+    if not uri.startswith(("http://", "https://")) or uri in _reachable:
+        return
+    import requests
+
+    try:
+        requests.get(uri.rstrip("/") + "/health", timeout=timeout, allow_redirects=False)
+    except requests.exceptions.SSLError:
+        pass
+    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as e:
+        if isinstance(e, requests.exceptions.Timeout):
+            why = f"no answer within {timeout:g} s"
+        else:
+            text = str(e)
+            why = next((m for m in ("Connection refused", "Name or service not known", "No route to host",
+                                    "Network is unreachable", "Connection reset") if m in text), type(e).__name__)
+        raise TrackingUnavailable(f"MLflow tracking server {_redacted(uri)} (from {source}) is not reachable: "
+                                  f"{why.lower()}; start it, or point {source} at a live server") from None
+    _reachable.add(uri)
+
+
 def setup(tracking) -> str:
-    """Point MLflow at the store and make sure the experiment exists; returns the experiment id."""
+    """Point MLflow at the store and make sure the experiment exists; returns the experiment id.
+    An http(s) store that does not answer raises TrackingUnavailable within seconds (:func:`check_reachable`)."""
     mlflow = _mlflow()
-    mlflow.set_tracking_uri(tracking_uri(tracking))
+    uri = tracking_uri(tracking)
+    check_reachable(uri, "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "common.tracking.uri")
+    mlflow.set_tracking_uri(uri)
     exp = mlflow.get_experiment_by_name(tracking.experiment)
     if exp is not None:
         if exp.tags.get(EXPERIMENT_KIND[0]) is None:  # a store made before the tag: open it as training too
@@ -211,14 +266,18 @@ def _version(pkg: str) -> str:
 def stage_run(stage: str, params, sections: Mapping[str, Any] | None = None) -> Iterator[StageRun]:
     """Open the MLflow run of one stage, as a child of $DSMATH_PARENT_RUN_ID when it is set.
 
-    Tags: git commit and dirty flag, the DVC stage name, library versions and the CPU (`env_tags`); the
-    orchestrator adds the dependency hashes from dvc.lock once DVC has recorded them (`tag_children_from_lock`).
+    Tags: git commit and dirty flag, the DVC stage name, the process (`process_identity`), library versions and the
+    CPU (`env_tags`); the orchestrator adds the dependency hashes from dvc.lock once DVC has recorded them
+    (`tag_children_from_lock`).
     `sections` are the params this stage reads (logged flattened as run params).
+    Runs of the same stage left RUNNING by a process that is gone (SIGKILL) are first marked KILLED
+    (:func:`end_orphaned_runs`).
     """
     mlflow = _mlflow()
     exp_id = setup(params.common.tracking)
+    end_orphaned_runs(exp_id, stage)
     parent = os.environ.get(PARENT_ENV) or None
-    tags = {"dsmath.stage": stage, **git_tags(), **env_tags()}
+    tags = {"dsmath.stage": stage, PROCESS_TAG: json.dumps(process_identity()), **git_tags(), **env_tags()}
     nested = mlflow.active_run() is not None  # the parent is open in this very process (flow tests, notebooks)
     with mlflow.start_run(experiment_id=exp_id, run_name=stage, parent_run_id=parent, tags=tags,
                           nested=nested) as active:
@@ -231,6 +290,88 @@ def stage_run(stage: str, params, sections: Mapping[str, Any] | None = None) -> 
         finally:
             run.flush()
             os.environ.pop(RUN_ID_ENV, None)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def _proc_stat(pid: int) -> tuple[str, str]:
+    """(state, start time in clock ticks since boot) of a process from /proc/<pid>/stat; ('', '') if unknown."""
+    stat = _read(f"/proc/{pid}/stat")
+    fields = stat.rsplit(")", 1)[-1].split() if stat else []  # after the command name, which may hold spaces
+    return (fields[0], fields[19]) if len(fields) > 19 else ("", "")
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def process_identity(pid: int | None = None) -> dict[str, Any]:
+    """Where process `pid` (default: this one) runs, enough to tell later whether it is gone: host name, boot id
+    and pid namespace (Linux; '' elsewhere), pid and the process's start time (clock ticks since boot)."""
+    pid = os.getpid() if pid is None else pid
+    return {"host": socket.gethostname(), "boot": _read("/proc/sys/kernel/random/boot_id"),
+            "pidns": _pid_namespace(), "pid": pid, "start": _proc_stat(pid)[1]}
+
+
+def process_gone(identity: Mapping[str, Any]) -> bool:
+    """Whether the process described by `identity` (:func:`process_identity`) has certainly ended.
+
+    Only a process of this very machine, boot and pid namespace can be judged (same host name, boot id and pid
+    namespace as this process); it has ended when its pid is free, belongs to a zombie, or belongs to a process
+    started at another time (the pid was reused). Anything else, including a process of another host or container,
+    is taken as alive: it cannot be checked from here.
+    """
+    here = process_identity()
+    if any(identity.get(k) != here[k] for k in ("host", "boot", "pidns")):
+        return False
+    pid = identity.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        pass
+    except OSError:
+        return False
+    state, start = _proc_stat(pid)
+    return state == "Z" or bool(identity.get("start") and start and start != identity["start"])
+
+
+def end_orphaned_runs(exp_id: str, stage: str) -> list[str]:
+    """Mark KILLED the runs of `stage` in experiment `exp_id` still RUNNING whose process is gone
+    (:func:`process_gone`: killed with SIGKILL, or the machine lost it); returns their ids.
+
+    The rule, so that a run of the same stage live in another process (a study runs variants side by side) is
+    never touched: same experiment, same `dsmath.stage` tag, status RUNNING, and a `dsmath.process` tag showing a
+    process of this host, boot and pid namespace that no longer exists. Runs recorded on another host or container
+    (or before the tag existed) are left as they are.
+    """
+    from mlflow.tracking import MlflowClient
+
+    query = f"tags.`dsmath.stage` = '{stage}' and attributes.status = 'RUNNING'"
+    runs = _mlflow().search_runs(experiment_ids=[exp_id], filter_string=query, output_format="list")
+    ended = []
+    for r in runs:
+        try:
+            identity = json.loads(r.data.tags.get(PROCESS_TAG, ""))
+        except ValueError:
+            continue
+        if isinstance(identity, dict) and process_gone(identity):
+            MlflowClient().set_terminated(r.info.run_id, status="KILLED")
+            ended.append(r.info.run_id)
+            print(f"tracking: run {r.info.run_id} of stage {stage} was left RUNNING by process {identity['pid']}, "
+                  "which is gone: marked KILLED", file=sys.stderr)
+    return ended
 
 
 class NullRun:

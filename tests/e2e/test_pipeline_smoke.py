@@ -107,6 +107,15 @@ def test_dvc_repro_builds_every_stage_in_order(repo, monkeypatch):
         assert (repo / path).exists(), path
 
 
+def test_cached_outputs_hold_no_timings(repo):
+    """A cached output is a function of code, params and data: the evaluation folders' metrics carry no speed
+    (`*_per_s`), so two runs of one commit give the same `eval/` hashes; the speeds stay in the uncached
+    metrics/eval/<model>.json."""
+    for f in (repo / "eval").rglob("*.json"):
+        assert not [k for k in json.loads(f.read_text()) if k.endswith("_per_s")], f
+    assert any(k.endswith("_per_s") for k in json.loads((repo / "metrics" / "eval" / "rl.json").read_text()))
+
+
 def test_second_repro_runs_nothing(repo):
     proc = _run(repo, str(BIN / "dvc"), "repro")
     assert "Running stage" not in proc.stdout  # no wall-clock bound here: speed is the benchmarks' (machines vary 2x)
@@ -273,6 +282,27 @@ def test_invalid_params_fail_before_anything_runs(repo):
     finally:
         (repo / "params.yaml").write_text(original)
     assert _hash_tree(repo / "models") == before
+
+
+def test_dvc_repro_of_one_stage_with_a_typo_loses_no_output(repo):
+    """`dvc repro -s rl@1234` removes the stage's outputs before its command refuses the params: the stage puts back
+    the last run's outputs from the DVC cache (model) and the commit (metrics, curve), so a typo costs nothing."""
+    outs = ["models/rl/seed-1234/model.safetensors", "models/rl/seed-1234/config.json", "metrics/rl/seed-1234.json",
+            "plots/rl/seed-1234.csv"]
+    _run(repo, "git", "add", "-A")  # the metrics and curves are committed, as the project's baseline is
+    _run(repo, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "built", check=False)
+    before = {p: (repo / p).read_bytes() for p in outs}
+    original = (repo / "params.yaml").read_text()
+    try:
+        (repo / "params.yaml").write_text(original.replace("group_size: ", "group_size: 1 #", 1))
+        proc = _run(repo, str(BIN / "dvc"), "repro", "-s", "rl@1234", check=False, timeout=300)
+    finally:
+        (repo / "params.yaml").write_text(original)
+    assert proc.returncode != 0
+    assert "error: invalid params: rl.group_size: must be >= 2 (got 1)" in proc.stderr + proc.stdout
+    assert "rl@1234: outputs of the last run restored" in proc.stderr + proc.stdout
+    assert {p: (repo / p).read_bytes() for p in outs} == before
+    assert "Running stage" not in _run(repo, str(BIN / "dvc"), "repro").stdout  # nothing is stale or missing
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -130,3 +130,30 @@ def test_overlays_chain_and_refuse_loops(tmp_path):
     (tmp_path / "bad.yaml").write_text("extends: 3\n")
     with pytest.raises(ParamsError, match="must name a params file"):
         load_params(tmp_path / "bad.yaml")
+
+
+def test_every_default_lives_once_code_defaults_equal_params_yaml():
+    """One source of every default: each key of params.yaml has a code default equal to it, and the code has no key
+    params.yaml lacks, so what a reader sees in src/dsmath/config/ is what runs."""
+    from dsmath.config import Params, load_raw
+    from dsmath.tracking import flatten
+
+    code = flatten(Params().model_dump())
+    yaml_ = flatten(load_params(ROOT / "params.yaml").model_dump())
+    listed = flatten(load_raw(ROOT / "params.yaml"))
+    assert set(listed) == set(code), f"in one only: {sorted(set(listed) ^ set(code))}"
+    assert {k: (code[k], yaml_[k]) for k in code if code[k] != yaml_[k]} == {}
+
+
+@pytest.mark.parametrize("text", ["", "\n", "# nothing but a comment\n", "{}\n"])
+def test_an_empty_params_file_is_refused(tmp_path, text):
+    (tmp_path / "params.yaml").write_text(text)
+    with pytest.raises(ParamsError, match="params file is empty"):
+        load_params(tmp_path / "params.yaml")
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
+def test_non_finite_numbers_are_refused(tmp_path, value):
+    (tmp_path / "params.yaml").write_text(f"extends: {ROOT / 'params.yaml'}\nrl:\n  lr: {value}\n")
+    with pytest.raises(ParamsError, match=r"rl.lr: must be a finite number"):
+        load_params(tmp_path / "params.yaml")

@@ -84,7 +84,8 @@ def test_generator_and_metrics_follow_the_forced_answers(share_prompts):
     assert len({len(a) for a in answers.values()}) == 1
     records = [{"id": f"p{i}", "question": q, "answer": golds[q]} for i, q in enumerate(answers)]
     tok = AsciiTokenizer()
-    cfg = Evaluate(n_samples=2, k=[1, 2], max_new_tokens=64, modes=["cot"], share_prompts=share_prompts)
+    cfg = Evaluate(n_samples=2, k=[1, 2], max_new_tokens=64, modes=["cot"], share_prompts=share_prompts,
+                   sampled_modes=["cot"], primary_metric="synthetic/cot/greedy")
     gen = Generator(ForcedLM(tok, answers), tok, cfg, Sandbox(), seed=0)
 
     texts, lengths = gen(list(answers), "cot", 0.0)

@@ -102,7 +102,7 @@ def test_zero_std_groups_metric_counts_groups_of_non_integer_equal_rewards(tok):
 
 def _cfg(**kw):
     return dict(steps=2, prompts_per_step=2, group_size=4, max_new_tokens=8, lr=1e-2, warmup_steps=0, beta=0.04,
-                eval_every=0) | kw
+                eval_every=0, mode="cot", train_buckets=1, share_prompts=False) | kw
 
 
 def test_rl_kl_is_the_sampling_policy_to_reference_kl_on_every_step(tok):

@@ -61,14 +61,16 @@ def test_gspo_clips_whole_sequences():
 def test_engine_steps_with_each_successor_option(tok, kw):
     model = tiny_model(tok)
     before = [p.detach().clone() for p in model.parameters()]
-    base = dict(steps=1, prompts_per_step=2, group_size=4, max_new_tokens=8, lr=1e-2, warmup_steps=0, eval_every=0)
+    base = dict(steps=1, prompts_per_step=2, group_size=4, max_new_tokens=8, lr=1e-2, warmup_steps=0, eval_every=0,
+                mode="cot", train_buckets=1, share_prompts=False)
     m = RLTrainer(Rl(**(base | kw)), model, tok, PROBLEMS, LengthScorer(), seed=1).step()
     assert m["rl/trained_rows"] == 8 and all(v == v for v in m.values())
     assert any(not torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True))
 
 
 def test_overlong_shaping_lowers_the_reward_of_outputs_that_hit_the_budget(tok):
-    base = dict(steps=1, prompts_per_step=2, group_size=4, max_new_tokens=8, lr=1e-2, warmup_steps=0, eval_every=0)
+    base = dict(steps=1, prompts_per_step=2, group_size=4, max_new_tokens=8, lr=1e-2, warmup_steps=0, eval_every=0,
+                mode="cot", train_buckets=1, share_prompts=False)
     plain = RLTrainer(Rl(**base), tiny_model(tok), tok, PROBLEMS, LengthScorer(constant=1.0), seed=1)
     shaped = RLTrainer(Rl(**(base | dict(overlong_buffer=4))), tiny_model(tok), tok, PROBLEMS,
                        LengthScorer(constant=1.0), seed=1)

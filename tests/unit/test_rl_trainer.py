@@ -44,7 +44,7 @@ class LengthScorer:
 
 def cfg(**kw):
     base = dict(steps=2, prompts_per_step=2, group_size=4, max_new_tokens=8, lr=1e-2, warmup_steps=0,
-                beta=0.04, eval_every=0)
+                beta=0.04, eval_every=0, mode="cot", train_buckets=1, share_prompts=False)
     return Rl(**(base | kw))
 
 

@@ -34,7 +34,7 @@ def rows_data(n: int = 64, t: int = 12) -> torch.Tensor:
     return (start + torch.arange(t)) % VOCAB
 
 
-def run(tmp_path=None, steps=30, micro=8, ckpt_every=0, fail_at_call=None, seed=0, fp="x"):
+def run(tmp_path=None, steps=30, micro=8, ckpt_every=0, fail_at_call=None, seed=0, fp="x", keep=1):
     blocks, calls = rows_data(), [0]
 
     def make_batch(rows):
@@ -49,6 +49,7 @@ def run(tmp_path=None, steps=30, micro=8, ckpt_every=0, fail_at_call=None, seed=
         micro_batch_size=micro,
         seq_len=12,
         checkpoint_every=ckpt_every,
+        keep_checkpoints=keep,
         log_every=5,
         optim=Optim(lr=1e-2, warmup_steps=3),
     )

@@ -136,8 +136,9 @@ def load_raw(path: str | os.PathLike | None = None, _seen: tuple = ()) -> dict:
         raise ParamsError(f"{p}: params file not found") from None
     except yaml.YAMLError as err:
         raise ParamsError(f"{p}: not valid YAML ({err})") from None
-    if raw is None:
-        return {}
+    if not raw:  # an empty file would silently run on the code's defaults, not on what the user meant
+        raise ParamsError(f"{p}: params file is empty (copy params.yaml, or write an overlay: `{OVERLAY_KEY}: "
+                          "params.yaml` plus the keys you change)")
     if not isinstance(raw, dict):
         raise ParamsError(f"{p}: top level must be a mapping")
     if OVERLAY_KEY in raw:

@@ -19,9 +19,10 @@ NonNegFloat = Annotated[float, Field(ge=0)]
 
 
 class Section(BaseModel):
-    """Base of every params section: frozen, unknown keys rejected, no silent type coercion."""
+    """Base of every params section: frozen, unknown keys rejected, no silent type coercion, no infinite or NaN
+    number (`lr: .inf` is refused, not trained with)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class ParamsError(ValueError):
@@ -35,6 +36,7 @@ _BOUND_MSG = {
     "less_than": "must be < {lt}",
     "literal_error": "must be one of {expected}",
     "extra_forbidden": "unknown key",
+    "finite_number": "must be a finite number",
 }
 
 

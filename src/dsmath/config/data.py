@@ -44,7 +44,7 @@ class Common(Section):
     python: str = ".venv/bin/python"  # interpreter DVC runs the stage commands with
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # compute precision (autocast); weights stay float32
-    num_threads: NonNegInt = 0  # torch intra-op threads of each process; 0 = library default
+    num_threads: NonNegInt = 2  # torch intra-op threads of each process; 0 = library default
     processes: PosInt = 1  # local worker processes of each torch stage (base, pretrain, sft, rl, evaluate): the
     # stage launches itself over them (torch.distributed.run, gloo on CPU); 1 = one plain process
     paths: Paths = Paths()
@@ -76,11 +76,11 @@ class Synthetic(Section):
 
     families: list[Literal["arithmetic", "linear", "fraction_percent", "sums"]] = ["arithmetic", "linear",
                                                                                    "fraction_percent"]
-    levels: list[Annotated[int, Field(ge=1, le=5)]] = [1, 2, 3]
+    levels: list[Annotated[int, Field(ge=1, le=5)]] = [1, 2]
     n_train: PosInt = 20000
     n_val: PosInt = 500
     n_test: PosInt = 1000
-    max_number: Annotated[int, Field(ge=10)] = 100
+    max_number: Annotated[int, Field(ge=10)] = 20
 
     @model_validator(mode="after")
     def _non_empty(self) -> Synthetic:

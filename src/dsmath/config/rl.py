@@ -53,7 +53,7 @@ class Ppo(Section):
 class Rl(Section):
     init: Literal["sft", "pretrain"] = "sft"  # the model RL starts from (pretrain: no SFT, DeepSeek-R1-Zero)
     algorithm: Literal["grpo", "ppo", "online_rft", "rft"] = "grpo"
-    mode: Literal["cot", "pot", "tool"] = "cot"
+    mode: Literal["cot", "pot", "tool"] = "tool"
     reward: Literal["accuracy", "format", "combined"] = "combined"
     advantage: Literal["outcome", "process", "rloo"] = "outcome"  # grpo: group-normalised | step rewards | RLOO
     steps: PosInt = 150
@@ -61,10 +61,11 @@ class Rl(Section):
     group_size: Annotated[int, Field(ge=2)] = 8
     mu: PosInt = 1  # optimisation passes over each rollout batch (paper: 1)
     minibatches: PosInt = 1  # optimiser steps per pass
-    lr: Annotated[float, Field(gt=0)] = 5e-5
+    lr: Annotated[float, Field(gt=0)] = 1e-4
     warmup_steps: NonNegInt = 10
     weight_decay: Annotated[float, Field(ge=0)] = 0.0
     max_grad_norm: Annotated[float, Field(gt=0)] = 1.0
+    max_skipped_share: Annotated[float, Field(ge=0, le=1)] = 0.1  # of optimiser updates (non-finite): more fails
     clip_eps: Annotated[float, Field(gt=0, lt=1)] = 0.2
     clip_eps_high: Annotated[float, Field(gt=0)] | None = None
     importance_ratio: Literal["token", "sequence"] = "token"  # sequence: GSPO's length-normalised sequence ratio
@@ -79,13 +80,13 @@ class Rl(Section):
     dynamic_sampling_rounds: PosInt = 4  # most sampling rounds of prompts_per_step questions per step
     temperature: Annotated[float, Field(gt=0)] = 1.0
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    max_new_tokens: PosInt = 96
+    max_new_tokens: PosInt = 112
     max_tool_calls: PosInt = 2
     ref_reset_every: NonNegInt = 0  # iterative GRPO (sec. 4.2): reference := policy every N steps (0 = never)
     prompt_levels: list[Annotated[int, Field(ge=1, le=5)]] = []
     engine: Literal["auto", "fast", "hf"] = "auto"
-    train_buckets: PosInt = 1  # reference and policy forwards over rows grouped by length, each cut to its padding
-    share_prompts: bool = False  # each distinct prompt runs once in those forwards (its KV shared by its group)
+    train_buckets: PosInt = 4  # reference and policy forwards over rows grouped by length, each cut to its padding
+    share_prompts: bool = True  # each distinct prompt runs once in those forwards (its KV shared by its group)
     checkpoint_every: PosInt = 25
     eval_every: NonNegInt = 25
     eval_problems: PosInt = 200

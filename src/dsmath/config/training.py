@@ -85,7 +85,7 @@ class Loop(Section):
 class Base(Section):
     """The "coder base": pretraining from scratch on the code corpus; pass-through for a pretrained model."""
 
-    train: Loop = Loop()
+    train: Loop = Loop(optim=Optim(lr=3e-3, warmup_steps=15))
     heldout_docs: PosInt = 20  # documents of each corpus kept out of training, for perplexity
     eval_tokens: PosInt = 32768  # held-out tokens scored per corpus
 
@@ -93,9 +93,9 @@ class Base(Section):
 class Pretrain(Section):
     """Continual pretraining on the math corpus (DeepSeekMath sec. 2.2, at laptop scale)."""
 
-    train: Loop = Loop()
-    heldout_docs: PosInt = 200
-    eval_tokens: PosInt = 32768
+    train: Loop = Loop(max_steps=200, optim=Optim(lr=3e-3, warmup_steps=10))
+    heldout_docs: PosInt = 300
+    eval_tokens: PosInt = 65536
 
 
 class Mix(Section):
@@ -121,7 +121,7 @@ class Probe(Section):
     modes: list[Literal["cot", "pot", "tool"]] = ["cot", "pot", "tool"]  # also reported as <mode>/...
     k: PosInt = 8
     temperature: PosFloat = 1.0
-    max_new_tokens: PosInt = 160
+    max_new_tokens: PosInt = 128
     max_tool_calls: PosInt = 2
     batch_size: PosInt = 256  # sequences per sampler call
 
@@ -130,8 +130,9 @@ class Sft(Section):
     """Supervised fine-tuning on CoT / PoT / tool-integrated solutions, loss on the response only."""
 
     init: Literal["pretrain", "base"] = "pretrain"  # the model SFT starts from (base: no math pretraining, sec. 5.1)
-    train: Loop = Loop()
-    pack: bool = False  # pack each micro-batch's examples into rows of train.seq_len (attention within each example)
+    train: Loop = Loop(max_steps=550, global_batch_size=64, micro_batch_size=64, seq_len=320, checkpoint_every=100,
+                       optim=Optim(lr=5e-3))
+    pack: bool = True  # pack each micro-batch's examples into rows of train.seq_len (attention within each example)
     mix: Mix = Mix()
     max_examples: NonNegInt = 0  # training problems used; 0 = all
     val_examples: PosInt = 500  # held-out problems (val split) for the held-out loss

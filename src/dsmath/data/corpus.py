@@ -28,6 +28,7 @@ from dsmath.config import Corpus
 from dsmath.data import classifier as clf
 from dsmath.data.benchmarks import load_benchmark
 from dsmath.data.decontam import build_index, decontaminate
+from dsmath.data.io import DataError, parse_jsonl, read_jsonl
 
 _SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "turtledemo", "lib2to3", "ensurepip", "__pycache__"}
 _CALC_NOTE = re.compile(r"<<[^>]*>>")
@@ -99,10 +100,13 @@ def write_snapshot(rows: list[tuple[str, str]], path: str | Path, key: str) -> P
 
 
 def read_snapshot(path: str | Path, key: str) -> list[tuple[str, str]]:
-    """The rows of :func:`write_snapshot`, in file order."""
-    text = lzma.decompress(Path(path).read_bytes()).decode("utf-8")
-    lines = filter(None, text.split("\n"))  # not splitlines(): it also splits at U+2028 inside strings
-    return [(r[key], r["text"]) for r in map(json.loads, lines)]
+    """The rows of :func:`write_snapshot`, in file order (a bad line raises DataError naming file and line)."""
+    try:
+        data = lzma.decompress(Path(path).read_bytes())
+    except lzma.LZMAError as e:
+        raise DataError(f"{path}: not an xz-compressed snapshot ({e})") from None
+    lines = data.split(b"\n")  # not splitlines(): it also splits at U+2028 inside strings
+    return [(r[key], r["text"]) for r in parse_jsonl(lines, path, {key: str, "text": str})]
 
 
 def gsm8k_documents(records: list[dict]) -> list[dict]:
@@ -116,12 +120,10 @@ def gsm8k_documents(records: list[dict]) -> list[dict]:
 def read_text_docs(path: str | Path, source: str) -> list[dict]:
     """A user-supplied math text file: jsonl with a `text` field per line, or plain text split on blank lines."""
     path = Path(path)
-    raw = path.read_text(encoding="utf-8")
     if path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
-        texts = [r["text"] for r in rows]
+        texts = [r["text"] for r in read_jsonl(path, {"text": str})]
     else:
-        texts = [t.strip() for t in re.split(r"\n\s*\n", raw) if t.strip()]
+        texts = [t.strip() for t in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")) if t.strip()]
     return [{"id": f"{source}-{i}", "source": source, "text": t} for i, t in enumerate(texts)]
 
 
@@ -157,6 +159,10 @@ def build_math_corpus(candidates: list[dict], eval_sets: dict[str, list[dict]], 
                       cfg: Corpus) -> tuple[list[dict], dict]:
     """Decontaminate candidate math documents; returns (kept, metrics with removal counts per benchmark)."""
     d = cfg.decontamination
+    for b in d.benchmarks:
+        if not eval_sets.get(b):
+            raise DataError(f"decontamination benchmark {b}: no records; params corpus.decontamination.benchmarks "
+                            "asks for it")
     index = build_index({b: eval_sets[b] for b in d.benchmarks}, n=d.ngram, short_min=d.short_min,
                         short_max=d.short_max)
     kept, removed = decontaminate(candidates, index, heldout_keys)
@@ -167,19 +173,25 @@ def build_math_corpus(candidates: list[dict], eval_sets: dict[str, list[dict]], 
 
 def build_corpus(synthetic_docs: list[dict], heldout_keys: set[str], raw_dir: str | Path, extra_dir: str | Path,
                  cfg: Corpus, seed: int) -> CorpusResult:
-    """Everything the corpus stage produces, from in-memory synthetic documents and the raw benchmark folder."""
+    """Everything the corpus stage produces, from in-memory synthetic documents and the raw benchmark folder.
+
+    The benchmarks are read first: a bad or empty one (DataError naming the file and the params key that asks for
+    it) stops the stage before any work, never a corpus left undecontaminated against it."""
+    eval_sets = {b: load_benchmark(b, raw_dir, wanted_by="corpus.decontamination.benchmarks")
+                 for b in cfg.decontamination.benchmarks}
+    gsm8k_train = load_benchmark("gsm8k_train", raw_dir, wanted_by="corpus.include_gsm8k_train") \
+        if cfg.include_gsm8k_train else []
     sources = read_snapshot(Path(raw_dir) / cfg.code_snapshot, "path")
     code = code_documents(sources, cfg.code_max_files, cfg.code_max_chars_per_file, cfg.code_min_chars)
     seed_math = list(synthetic_docs)
     if cfg.include_gsm8k_train:
-        seed_math += gsm8k_documents(load_benchmark("gsm8k_train", raw_dir))
+        seed_math += gsm8k_documents(gsm8k_train)
     for name in cfg.extra_math_files:
         seed_math += read_text_docs(Path(extra_dir) / name, f"extra-{Path(name).stem}")
     prose = nonmath_seed_texts(read_snapshot(Path(raw_dir) / cfg.prose_snapshot, "topic"))
     report = train_math_classifier(seed_math, prose, cfg.classifier, seed)
     pool = docstring_pool(sorted(sources, key=lambda s: _stable_rank(s[0]))[: cfg.recall_pool_files])
     recalled = [d for d, keep in zip(pool, report.model.predict([d["text"] for d in pool]), strict=True) if keep]
-    eval_sets = {b: load_benchmark(b, raw_dir) for b in cfg.decontamination.benchmarks}
     math, metrics = build_math_corpus(seed_math + recalled, eval_sets, heldout_keys, cfg)
     metrics |= report.metrics | {
         "code_docs": len(code),

@@ -18,24 +18,34 @@ from pathlib import Path
 from dsmath import distributed
 from dsmath.config import seed_dir
 from dsmath.data.benchmarks import load_benchmark
-from dsmath.data.io import read_jsonl
+from dsmath.data.io import read_jsonl, require_records
 from dsmath.evaluation.evaluate import Generator, evaluate_model, evaluate_split
 from dsmath.model import load_dir
 
 VAL_PREFIX = "val/"  # metrics of the validation split: `val/synthetic/tool/greedy`
+TIMING_SUFFIX = "_per_s"  # speed metrics (`greedy_problems_per_s`): kept out of the cached eval/ folders
+
+
+def quality_only(metrics: dict[str, float]) -> dict[str, float]:
+    """`metrics` without its timings: what a cached output may hold (a function of code, params and data alone;
+    timings go to the stage's uncached metrics file, metrics/eval/<model>.json)."""
+    return {k: v for k, v in metrics.items() if not k.endswith(TIMING_SUFFIX)}
 
 
 def eval_datasets(params) -> dict[str, list[dict]]:
-    """The first N problems of each evaluation set (N from `evaluate.datasets`, 0 skips the set)."""
+    """The first N problems of each evaluation set (N from `evaluate.datasets`, 0 skips the set). A set asked for
+    whose file holds no record raises DataError naming the file and the params key (never a score over 0 problems)."""
     sizes = params.evaluate.datasets.model_dump()
     out = {}
     for name, n in sizes.items():
         if n == 0:
             continue
+        key = f"evaluate.datasets.{name}"
         if name == "synthetic":
-            out[name] = read_jsonl(Path(params.common.paths.synthetic) / "test.jsonl")[:n]
+            path = Path(params.common.paths.synthetic) / "test.jsonl"
+            out[name] = require_records(read_jsonl(path), path, key)[:n]
         else:
-            out[name] = load_benchmark(name, params.common.paths.raw, limit=n)
+            out[name] = load_benchmark(name, params.common.paths.raw, limit=n, wanted_by=key)
     return out
 
 
@@ -77,7 +87,8 @@ def validation_metrics(model, tok, params, last_number: bool, sampling: bool,
     keys; samples are drawn only when the primary metric is a maj@k / pass@k."""
     ev = params.evaluate
     _, mode, metric = ev.primary_metric.split("/")
-    records = read_jsonl(Path(params.common.paths.synthetic) / "val.jsonl")[: ev.val_problems]
+    path = Path(params.common.paths.synthetic) / "val.jsonl"
+    records = require_records(read_jsonl(path), path, "evaluate.val_problems")[: ev.val_problems]
     gen = Generator(model, tok, ev, params.sandbox, params.common.seed, last_number, world,
                     distributed.resolve_dtype(params.common.dtype))
     m, _ = evaluate_split(gen, records, mode, ev, params.sandbox, params.rewards,
@@ -109,7 +120,8 @@ def run_evaluation(params, model_name: str,
         metrics |= validation_metrics(model, tok, params, last_number, sampling, world)
         if run and world.is_main:
             write_outputs(out_root / run, rows, curve_rows(metrics, ev.k))
-            (out_root / run / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+            text = json.dumps(quality_only(metrics), indent=2, sort_keys=True) + "\n"
+            (out_root / run / "metrics.json").write_text(text)
             rows = [{"run": run, **r} for r in rows]
         per_run.append(metrics)
         all_rows += rows

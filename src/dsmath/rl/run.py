@@ -6,6 +6,14 @@ a rerun after kill -9 continues from it and ends with the same weights as an uni
 
 Under ``torchrun`` / ``accelerate launch`` every rank runs this; rank 0 alone writes the checkpoint, the model, the
 curve and MLflow (the others get a :class:`dsmath.tracking.NullRun`), and every rank resumes from the same file.
+A checkpoint that does not load (zero-byte, truncated, garbled) is moved aside to ``state.pt.corrupt`` with a
+:class:`dsmath.train.checkpoint.CorruptCheckpointWarning` naming it, and the run starts afresh.
+
+A diverged run fails with :class:`dsmath.train.loop.DivergenceError` and writes no model: as soon as more optimiser
+updates were skipped (non-finite loss or gradient, see ``RLTrainer._optimise``) than ``rl.max_skipped_share`` of the
+run's planned updates (``steps x mu x minibatches``), so that the share can no longer be met; at the end, when more
+than that share of the updates made were skipped; and when the weights are non-finite before a checkpoint or the
+model is saved.
 """
 
 from __future__ import annotations
@@ -14,19 +22,22 @@ import csv
 import os
 import resource
 import time
+import warnings
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from dsmath import distributed
+from dsmath import codedeps, distributed
 from dsmath.config import seed_dir
 from dsmath.data.io import read_jsonl
 from dsmath.generation.tools import sandbox_tool
 from dsmath.model import load_dir, save_dir
 from dsmath.rl.scoring import Scorer
 from dsmath.rl.trainer import RLTrainer
-from dsmath.train.checkpoint import fingerprint
+from dsmath.train import checkpoint
+from dsmath.train.checkpoint import CorruptCheckpointError, CorruptCheckpointWarning, fingerprint
+from dsmath.train.loop import DivergenceError, check_weights
 
 CURVE = ("step", "rl/reward_mean", "rl/accuracy", "rl/kl", "rl/format_rate", "rl/response_len_mean",
          "rl/val_greedy_acc")
@@ -44,14 +55,45 @@ def _save_checkpoint(trainer: RLTrainer, history: list[dict], path: Path, fp: st
     tmp = path.with_suffix(".tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"trainer": trainer.state_dict(), "history": history, "fingerprint": fp}, tmp)
+    checkpoint.fsync(tmp)  # on disk before the rename: a machine crash cannot leave an empty state.pt
     os.replace(tmp, path)  # atomic: a kill mid-write leaves the previous checkpoint intact
+    checkpoint.fsync_dir(path.parent)
 
 
-def _load_checkpoint(path: Path, fp: str, device: torch.device) -> dict | None:
+def _corrupt(path: Path) -> Path:
+    return path.with_name(path.name + ".corrupt")
+
+
+def _load_checkpoint(path: Path, fp: str, device: torch.device, main: bool = True) -> dict | None:
+    """The resume state at `path` if it has fingerprint `fp`, else None. One that does not load is moved aside (by
+    the main process; one file, replaced each time) with a warning naming it: the run then starts afresh."""
     if not path.exists():
         return None
-    state = torch.load(path, weights_only=False, map_location=device)
+    try:
+        state = torch.load(path, weights_only=False, map_location=device)
+        if not isinstance(state, dict) or not {"trainer", "history", "fingerprint"} <= state.keys():
+            raise ValueError("not an RL resume state (a dict of trainer, history, fingerprint)")
+    except Exception as err:
+        if checkpoint.is_oom(err):
+            raise
+        if main:
+            os.replace(path, _corrupt(path))
+        warnings.warn(f"corrupt checkpoint: {path} does not load ({type(err).__name__}: {err}); moved aside to "
+                      f"{_corrupt(path)}, starting afresh", CorruptCheckpointWarning, stacklevel=2)
+        return None
     return state if state.get("fingerprint") == fp else None
+
+
+def skipped_problem(trainer: RLTrainer, cfg, finished: bool) -> str | None:
+    """Why the run has failed rl.max_skipped_share, or None: while running, when more updates were skipped than the
+    share of the run's planned updates (the share can then no longer be met); at the end, of the updates made."""
+    planned = cfg.steps * cfg.mu * cfg.minibatches
+    of = max(trainer.updates, 1) if finished else planned
+    if trainer.skipped <= cfg.max_skipped_share * of:
+        return None
+    of_what = "them" if finished else f"the {planned} planned"
+    return (f"{trainer.skipped} of {trainer.updates} optimiser updates skipped (non-finite loss or gradient), "
+            f"more than rl.max_skipped_share={cfg.max_skipped_share} of {of_what}")
 
 
 def write_curve(history: list[dict], path: Path) -> None:
@@ -107,13 +149,21 @@ def train_rl(params, run, seed: int, world: distributed.World | None = None) -> 
     tool_fn = sandbox_tool(params.sandbox) if cfg.mode == "tool" else None
     trainer = RLTrainer(cfg, policy, tok, train, scorer, seed, tool_fn, world=world,
                         dtype=distributed.resolve_dtype(params.common.dtype))
-    fp = fingerprint({"rl": cfg.model_dump(), "rewards": params.rewards.model_dump(), "seed": seed}, [sft_dir])
+    code = codedeps.stage_code_hash("rl", "dsmath.rl.run")  # a checkpoint of other code is never resumed
+    fp = fingerprint({"rl": cfg.model_dump(), "rewards": params.rewards.model_dump(), "seed": seed, "code": code},
+                     [sft_dir])
     ckpt = out["checkpoint"] / "state.pt"
-    state = _load_checkpoint(ckpt, fp, world.device)
+    state = _load_checkpoint(ckpt, fp, world.device, world.is_main)
     history: list[dict] = []
     resumed_from = 0
     if state is not None:
-        trainer.load_state_dict(state["trainer"])
+        try:
+            trainer.load_state_dict(state["trainer"])
+        except Exception as err:  # it read back but does not fit: the trainer may be half-loaded, so stop
+            if world.is_main:
+                os.replace(ckpt, _corrupt(ckpt))
+            raise CorruptCheckpointError(f"{ckpt} does not load ({type(err).__name__}: {err}); moved aside to "
+                                         f"{_corrupt(ckpt)}: a rerun starts afresh") from err
         history, resumed_from = state["history"], trainer.step_count
         for h in history:  # a resumed run carries the whole curve
             run.log_metrics({k: v for k, v in h.items() if k != "step"}, step=h["step"])
@@ -124,6 +174,10 @@ def train_rl(params, run, seed: int, world: distributed.World | None = None) -> 
     for step in tqdm(range(trainer.step_count, cfg.steps), desc=f"rl {cfg.algorithm}", initial=trainer.step_count,
                      total=cfg.steps, disable=not world.is_main):
         m = {"step": step + 1, **trainer.step()}
+        problem = skipped_problem(trainer, cfg, finished=False)  # the same on every rank
+        if problem:
+            run.log_metrics({k: v for k, v in m.items() if k != "step"}, step=step + 1)
+            raise DivergenceError(_diverged(seed, step + 1, problem, cfg))
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
             m["rl/val_greedy_acc"] = trainer.greedy_accuracy(val)
         history.append(m)
@@ -131,11 +185,16 @@ def train_rl(params, run, seed: int, world: distributed.World | None = None) -> 
         if (step + 1) % cfg.samples_every == 0:
             run.log_table(trainer.last_samples, f"samples/step_{step + 1:05d}.json")
         if (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+            check_weights(trainer.policy, f"rl@{seed}", step + 1, "rl.lr", cfg.lr)  # no diverged resume point
             if world.is_main:
                 _save_checkpoint(trainer, history, ckpt, fp)
             distributed.barrier(world)
     wall = time.perf_counter() - t0
     out_dir = out["model"]
+    problem = skipped_problem(trainer, cfg, finished=True)
+    if problem:
+        raise DivergenceError(_diverged(seed, trainer.step_count, problem, cfg))
+    check_weights(trainer.policy, f"rl@{seed}", trainer.step_count, "rl.lr", cfg.lr)
     if world.is_main:
         save_dir(trainer.policy, tok, out_dir)
         write_curve(history, out["curve"])
@@ -144,6 +203,11 @@ def train_rl(params, run, seed: int, world: distributed.World | None = None) -> 
     distributed.barrier(world)
     return summarise(history, trainer, wall) | {"seed": seed, "resumed_from_step": resumed_from,
                                                 "model_dir": str(out_dir), "processes": world.size}
+
+
+def _diverged(seed: int, step: int, problem: str, cfg) -> str:
+    return (f"rl@{seed}: training diverged at step {step}: {problem} (learning rate too high? rl.lr={cfg.lr}); "
+            "stopped, no model written")
 
 
 def summarise(history: list[dict], trainer: RLTrainer, wall_s: float) -> dict:

@@ -72,6 +72,7 @@ class RLTrainer:
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=cfg.ppo.critic_lr)
         self.gen = torch.Generator().manual_seed(seed)  # only draws each rollout's noise seed: the same on every rank
         self.seed, self.step_count, self.skipped, self.cursor = seed, 0, 0, 0
+        self.updates = 0  # optimiser updates attempted (made or skipped): the denominator of rl.max_skipped_share
         self.tool = ToolMode(tool_fn, tokenizer, max_calls=cfg.max_tool_calls) if tool_fn else None
         self.eos = [tokenizer.eos_token_id]
         self.last_samples: list[dict] = []  # a few completions of the latest step, for the MLflow samples table
@@ -253,6 +254,7 @@ class RLTrainer:
         the step on every rank (counted) instead of corrupting it. The averaged gradient, hence its norm, is the same
         on every rank."""
         self.opt.zero_grad(set_to_none=True)
+        self.updates += 1
         if any_rank(self.world, not bool(torch.isfinite(loss))):
             self.skipped += 1
             return {"grad_norm": float("nan")}
@@ -344,7 +346,8 @@ class RLTrainer:
         return {
             "policy": self.policy.state_dict(), "ref": self.ref.state_dict(), "opt": self.opt.state_dict(),
             "sched": self.sched.state_dict(), "gen": self.gen.get_state(), "step": self.step_count,
-            "skipped": self.skipped, "cursor": self.cursor, "torch_rng": torch.get_rng_state(),
+            "skipped": self.skipped, "updates": self.updates, "cursor": self.cursor,
+            "torch_rng": torch.get_rng_state(),
             "critic": self.critic.state_dict() if self.critic else None,
             "critic_opt": self.critic_opt.state_dict() if self.critic_opt else None,
         }
@@ -357,6 +360,7 @@ class RLTrainer:
         self.gen.set_state(s["gen"].cpu())
         torch.set_rng_state(s["torch_rng"].cpu())
         self.step_count, self.skipped, self.cursor = s["step"], s["skipped"], s["cursor"]
+        self.updates = s.get("updates", s["step"] * self.cfg.mu * self.cfg.minibatches)  # older states: the most
         if self.critic is not None:
             self.critic.load_state_dict(s["critic"])
             self.critic_opt.load_state_dict(s["critic_opt"])

@@ -5,11 +5,16 @@ from params, each process trains on ``global / world`` rows of it (see :class:`d
 and the loss is normalised by the token count of the *global* batch, so gradients (and the loss curve) match the
 single-process run up to floating-point summation order. AdamW, linear warmup + cosine decay, global-norm clipping;
 a checkpoint every ``checkpoint_every`` steps holds everything needed to continue bit-for-bit.
+
+Divergence stops the run at once with a :class:`DivergenceError`: a non-finite loss or gradient norm (under float16's
+loss scaling an infinite gradient is the scaler's skipped step, not divergence), or non-finite weights before a
+checkpoint and at the end. Nothing diverged is checkpointed, and the stage writes no model.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +23,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from dsmath.errors import StageError
 from dsmath.lm_head import hidden_states, token_logprobs
 from dsmath.train import checkpoint
 from dsmath.train.data import IGNORE, StepSchedule
@@ -27,6 +33,29 @@ LogFn = Callable[[dict[str, float], int], None]  # (metrics, step)
 
 
 MIXED_PRECISION = {"float32": "no", "bfloat16": "bf16", "float16": "fp16"}  # params common.dtype -> accelerate
+
+
+class DivergenceError(StageError, RuntimeError):
+    """Training diverged (non-finite loss, gradient norm or weights): the stage fails and writes no model."""
+
+
+def nonfinite_parameters(model: torch.nn.Module) -> list[str]:
+    """Names of the parameters of `model` holding a NaN or an infinity."""
+    return [n for n, p in model.named_parameters() if not bool(torch.isfinite(p.detach()).all())]
+
+
+def diverged(stage: str, step: int, what: str, lr_key: str, lr: float) -> str:
+    """The one-line message of a :class:`DivergenceError`."""
+    return (f"{stage}: training diverged at step {step}: {what} (learning rate too high? {lr_key}={lr}); "
+            "stopped, no model written")
+
+
+def check_weights(model: torch.nn.Module, stage: str, step: int, lr_key: str, lr: float) -> None:
+    """Raise :class:`DivergenceError` when `model` has a non-finite weight (named, first three)."""
+    bad = nonfinite_parameters(model)
+    if bad:
+        names = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise DivergenceError(diverged(stage, step, f"non-finite weights in {names}", lr_key, lr))
 
 
 def make_accelerator(device: str = "auto", dtype: str = "float32"):
@@ -135,10 +164,19 @@ def _resume(accelerator, state: LoopState, ckpt_dir: Path | None, fp: str) -> No
         return
     if accelerator.is_main_process:
         checkpoint.clear_stale(ckpt_dir, fp)
+        checkpoint.discard_corrupt(ckpt_dir, fp)  # before load_state: it would fail half-way through, not before
     accelerator.wait_for_everyone()
     found = checkpoint.latest(ckpt_dir, fp)
     if found is not None:
-        accelerator.load_state(str(found))
+        try:
+            accelerator.load_state(str(found))
+        except Exception as err:  # every file read back, yet it does not load: the model may be half-loaded now
+            if checkpoint.is_oom(err):
+                raise
+            why = f"{found} does not load ({type(err).__name__}: {err})"
+            aside = checkpoint.move_aside(found, why) if accelerator.is_main_process else "corrupt-" + found.name
+            raise checkpoint.CorruptCheckpointError(
+                f"{why}; moved aside to {aside}: rerun to resume from the previous checkpoint or start afresh") from err
         state.resumed_from = state.step
         accelerator.print(f"resumed from {found} (step {state.step})")
 
@@ -162,6 +200,7 @@ def train(
     step)` is called on the main process every `loop.log_every` steps with window means of loss, grad norm and
     tokens/s. `lengths` (tokens per row) groups rows of similar length into micro-batches (see `StepSchedule`).
     Returns the unwrapped model and the final loop state (its `history` holds the logged records).
+    Raises :class:`DivergenceError` (naming `desc`, the step and ``<desc>.train.optim.lr``) when training diverges.
     """
     optimizer = build_optimizer(model, loop.optim)
     scheduler = build_scheduler(optimizer, loop.optim, loop.max_steps)
@@ -177,6 +216,8 @@ def train(
     schedule = StepSchedule(n_rows, loop.global_batch_size, loop.micro_batch_size, seed)
     rank, world = accelerator.process_index, accelerator.num_processes
     bar = tqdm(total=loop.max_steps, initial=state.step, desc=desc, disable=not accelerator.is_main_process)
+    lr_key, lr = f"{desc}.train.optim.lr", loop.optim.lr
+    scaled = getattr(accelerator, "scaler", None) is not None  # float16: an inf gradient is a skipped step
     model.train()
     while state.step < loop.max_steps:
         t0 = time.perf_counter()
@@ -187,10 +228,14 @@ def train(
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         dt = time.perf_counter() - t0
+        loss, norm = float(nll / count), float(grad_norm)  # the same on every process (reduced / DDP-averaged)
+        if not math.isfinite(loss) or not (math.isfinite(norm) or scaled):
+            what = f"loss {loss:.4g}, gradient norm {norm:.4g}"
+            raise DivergenceError(diverged(desc, state.step + 1, what, lr_key, lr))
         state.step += 1
         state.tokens += tokens
         state.train_seconds += dt
-        state.window.append((float(nll / count), float(grad_norm), tokens, dt))
+        state.window.append((loss, norm, tokens, dt))
         bar.update(1)
         if state.step % loop.log_every == 0 or state.step == loop.max_steps:
             record = _record(state.step, state.window, scheduler.get_last_lr()[0])
@@ -200,9 +245,11 @@ def train(
             if log is not None and accelerator.is_main_process:
                 log({k: v for k, v in record.items() if k != "step"}, state.step)
         if ckpt_dir and loop.checkpoint_every and state.step % loop.checkpoint_every == 0:
+            check_weights(accelerator.unwrap_model(model), desc, state.step, lr_key, lr)  # no diverged resume point
             checkpoint.save(accelerator, ckpt_dir, state.step, fp, loop.keep_checkpoints)
     bar.close()
     model.eval()
+    check_weights(accelerator.unwrap_model(model), desc, state.step, lr_key, lr)
     return accelerator.unwrap_model(model), state
 
 

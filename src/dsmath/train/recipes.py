@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dsmath import codedeps
 from dsmath import model as models
 from dsmath.data.io import read_jsonl
 from dsmath.train import causal, checkpoint
@@ -34,9 +35,12 @@ def stage_dirs(params, stage: str) -> tuple[Path, Path]:
     return Path(paths.models) / stage, Path(paths.checkpoints) / stage
 
 
-def run_fingerprint(params, sections: dict[str, Any], inputs: list[Path]) -> str:
-    """Identity of a training run for resuming: seed, device settings, the sections it reads, its input files."""
-    common = {"seed": params.common.seed, "device": params.common.device, "threads": params.common.num_threads}
+def run_fingerprint(params, stage: str, sections: dict[str, Any], inputs: list[Path]) -> str:
+    """Identity of a training run for resuming: seed, device settings, the sections it reads, its input files and the
+    code it runs (the stage's import closure), so a checkpoint of other code is never resumed: after a code change
+    the stage trains from step 0."""
+    common = {"seed": params.common.seed, "device": params.common.device, "threads": params.common.num_threads,
+              "code": codedeps.stage_code_hash(stage, f"dsmath.train.{'sft' if stage == 'sft' else 'recipes'}")}
     return checkpoint.fingerprint(common | sections, inputs)
 
 
@@ -57,7 +61,7 @@ def base(params, accelerator, log: LogFn) -> Outcome:
     corpus = causal.prepare_corpus(read_jsonl(code_file), tokenizer, section, seed)
     model = models.build_scratch(params.model, tokenizer, seed)
     fp = run_fingerprint(
-        params, {"model": params.model.model_dump(), "base": section.model_dump()}, [tok_dir, code_file]
+        params, "base", {"model": params.model.model_dump(), "base": section.model_dump()}, [tok_dir, code_file]
     )
     model, state = causal.train_causal(
         model, corpus, section, seed, accelerator, stage_dirs(params, "base")[1], fp, log, "base"
@@ -77,7 +81,7 @@ def pretrain(params, accelerator, log: LogFn) -> Outcome:
     corpus = causal.prepare_corpus(read_jsonl(math_file), tokenizer, section, seed)
     batch = section.train.micro_batch_size
     before = causal.heldout_metrics(model, corpus, batch, "heldout_before") if accelerator.is_main_process else {}
-    fp = run_fingerprint(params, {"pretrain": section.model_dump()}, [base_dir, math_file])
+    fp = run_fingerprint(params, "pretrain", {"pretrain": section.model_dump()}, [base_dir, math_file])
     model, state = causal.train_causal(
         model, corpus, section, seed, accelerator, stage_dirs(params, "pretrain")[1], fp, log, "pretrain"
     )

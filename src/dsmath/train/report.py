@@ -73,11 +73,19 @@ def publish(run, params, stage: str, model_dir: str | Path, history: Sequence[di
 
 
 def finish(accelerator, run, params, stage: str, outcome, model_dir: str | Path, wall_seconds: float) -> None:
-    """Main process: save the model folder, then publish curve, metrics (+ wall time), samples and model."""
+    """Main process: save the model folder, then publish curve, metrics (+ wall time), samples and model.
+
+    A model with a non-finite weight is never saved: :class:`dsmath.train.loop.DivergenceError` instead (the loop
+    stops a diverging run before this; this is the last guard)."""
     from dsmath.model import save_dir
+    from dsmath.train.loop import DivergenceError, nonfinite_parameters
 
     if not accelerator.is_main_process:
         return
+    bad = nonfinite_parameters(outcome.model)
+    if bad:
+        raise DivergenceError(f"{stage}: the trained model has non-finite weights ({', '.join(bad[:3])}"
+                              f"{', ...' if len(bad) > 3 else ''}); not saved to {model_dir}")
     save_dir(outcome.model, outcome.tokenizer, model_dir)
     metrics = outcome.metrics | {"wall_seconds": wall_seconds}
     publish(run, params, stage, model_dir, outcome.history, metrics)

@@ -41,7 +41,8 @@ def sft(params, accelerator, log: LogFn) -> recipes.Outcome:
     records = records[: section.max_examples] if section.max_examples else records
     examples = examples_for(records, section.mix, tokenizer, section.train.seq_len, seed)
     pad = tokenizer.pad_token_id
-    fp = recipes.run_fingerprint(params, {"sft": section.model_dump()}, [start_dir, synthetic / "train.jsonl"])
+    fp = recipes.run_fingerprint(params, "sft", {"sft": section.model_dump()},
+                                 [start_dir, synthetic / "train.jsonl"])
     model, state = train(
         model,
         section.train,
