@@ -49,7 +49,7 @@ def launch(processes: int, threads: int, argv: list[str]) -> int:
     default); returns the launcher's exit code (non-zero when any worker failed; the others are stopped then).
 
     On GPUs it is one worker per device. On a 2-core CPU two one-thread workers against one two-thread process
-    measured 1.16x for evaluation, 1.03x for RL and 0.92x for pretraining (benchmarks/README.md, "Processes")."""
+    measured 1.16x for evaluation, 1.03x for RL and 0.92x for pretraining (benchmarks/HISTORY.md, "Processes")."""
     import subprocess
     import sys
 
