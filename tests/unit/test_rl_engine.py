@@ -5,21 +5,24 @@ algorithm registry and the params combinations it relies on."""
 
 from __future__ import annotations
 
-import typing
+from pathlib import Path
 
 import pytest
 import torch
 from torch.testing import assert_close
 
-from dsmath.config import ParamsError, Rl
+from dsmath.config import ParamsError, Rl, load_raw, merge, parse_params
 from dsmath.generation.rollout import Rollout, concat_rollouts
 from dsmath.rl import ppo
 from dsmath.rl.advantages import equal_reward_groups
 from dsmath.rl.losses import AGGREGATIONS, kl_k3, policy_loss
+from dsmath.rl.registry import ALGORITHMS, REGISTRIES
 from dsmath.rl.scoring import Scores
-from dsmath.rl.trainer import ALGORITHMS, RLTrainer
+from dsmath.rl.trainer import RLTrainer
 from tests.unit.test_rl_trainer import PROBLEMS, LengthScorer, tiny_model
 from tests.unit.test_rl_trainer import tok as tok  # noqa: F401  (module fixture)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # policy tokens 0-2, the tool output 3-5 (hole), policy tokens 6-7, padding 8-9
 TOOL_MASK = torch.tensor([[1, 1, 1, 0, 0, 0, 1, 1, 0, 0],
@@ -215,10 +218,21 @@ def test_rollout_select_and_concat_keep_rows_intact():
 
 
 def test_every_configurable_algorithm_has_a_registry_entry():
-    names = typing.get_args(Rl.model_fields["algorithm"].annotation)
-    assert set(names) == set(ALGORITHMS)
     assert ALGORITHMS["rft"].sample_from_reference and ALGORITHMS["ppo"].critic and ALGORITHMS["grpo"].kl_in_loss
     assert not ALGORITHMS["online_rft"].ratio
+
+
+@pytest.mark.parametrize("key", sorted(REGISTRIES))
+def test_the_params_choices_are_the_registry_names(key):
+    """Every name of a registry is an accepted value of its params key and nothing else is; a bad name is refused
+    naming the key and every choice."""
+    registry = REGISTRIES[key]
+    for name in registry:
+        assert getattr(Rl(**{key: name}), key) == name
+        assert callable(registry[name]) or key == "algorithm"
+    with pytest.raises(ParamsError, match=rf"^rl\.{key}: must be one of '.*' \(got 'nope'\)$") as err:
+        parse_params(merge(load_raw(ROOT / "params.yaml"), {"rl": {key: "nope"}}))
+    assert all(repr(name) in str(err.value) for name in registry)
 
 
 def test_faithful_objective_is_the_default():

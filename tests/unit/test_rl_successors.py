@@ -11,7 +11,7 @@ from torch.testing import assert_close
 
 from dsmath.config import Rl
 from dsmath.rl.advantages import leave_one_out_advantages, overlong_penalty
-from dsmath.rl.losses import importance_ratio, policy_loss
+from dsmath.rl.losses import policy_loss, sequence_ratio, token_clip
 from dsmath.rl.trainer import RLTrainer
 from tests.unit.test_rl_trainer import PROBLEMS, LengthScorer, tiny_model
 from tests.unit.test_rl_trainer import tok as tok  # noqa: F401  (module fixture)
@@ -37,10 +37,10 @@ def test_sequence_ratio_is_the_length_normalised_product_over_policy_tokens():
     old = torch.zeros(2, 4)
     lp = torch.tensor([[0.2, -0.1, 0.5, 9.0], [0.3, 0.3, 9.0, 9.0]])  # 9.0: masked (a hole / padding)
     mask = torch.tensor([[1, 1, 0, 1], [1, 1, 0, 0]])
-    r = importance_ratio(lp, old, mask, "sequence")
+    r = sequence_ratio(lp, old, mask)
     assert_close(r[0], torch.full((4,), math.exp((0.2 - 0.1 + 9.0) / 3)))
     assert_close(r[1], torch.full((4,), math.exp(0.3)))
-    assert_close(importance_ratio(lp, old, mask, "token"), torch.exp(lp))
+    assert_close(token_clip(lp, old, torch.ones(2, 4), mask, clip_low=0.2, clip_high=0.2)[1], torch.exp(lp))
 
 
 def test_gspo_clips_whole_sequences():
@@ -48,7 +48,7 @@ def test_gspo_clips_whole_sequences():
     the token whose own ratio (e^-0.3) is inside the range; output 1 (ratio 1) gets the plain gradient."""
     lp = torch.tensor([[0.9, -0.3], [0.0, 0.0]], requires_grad=True)
     loss, stats = policy_loss(lp, torch.zeros(2, 2), torch.tensor([1.0, 1.0]), torch.ones(2, 2), clip_eps=0.2,
-                              ratio_level="sequence")
+                              importance_ratio="sequence")
     assert_close(loss, torch.tensor(-(1.2 + 1.0) / 2))
     loss.backward()
     assert torch.equal(lp.grad[0], torch.zeros(2))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from dsmath.config.base import NonNegInt, PosInt, Section
 
@@ -52,10 +52,10 @@ class Ppo(Section):
 
 class Rl(Section):
     init: Literal["sft", "pretrain"] = "sft"  # the model RL starts from (pretrain: no SFT, DeepSeek-R1-Zero)
-    algorithm: Literal["grpo", "ppo", "online_rft", "rft"] = "grpo"
+    algorithm: str = "grpo"  # an RL choice: a name in its registry (dsmath.rl.registry.ALGORITHMS), see _registered
     mode: Literal["cot", "pot", "tool"] = "tool"
     reward: Literal["accuracy", "format", "combined"] = "combined"
-    advantage: Literal["outcome", "process", "rloo"] = "outcome"  # grpo: group-normalised | step rewards | RLOO
+    advantage: str = "outcome"  # grpo's advantage estimator (ADVANTAGES): outcome, process (step rewards), rloo, ...
     steps: PosInt = 150
     prompts_per_step: PosInt = 16
     group_size: Annotated[int, Field(ge=2)] = 8
@@ -68,12 +68,12 @@ class Rl(Section):
     max_skipped_share: Annotated[float, Field(ge=0, le=1)] = 0.1  # of optimiser updates (non-finite): more fails
     clip_eps: Annotated[float, Field(gt=0, lt=1)] = 0.2
     clip_eps_high: Annotated[float, Field(gt=0)] | None = None
-    importance_ratio: Literal["token", "sequence"] = "token"  # sequence: GSPO's length-normalised sequence ratio
+    importance_ratio: str = "token"  # the loss variant (LOSSES): token (PPO / GRPO), sequence (GSPO), ...
     overlong_buffer: NonNegInt = 0  # DAPO soft overlong punishment over the last N tokens of the budget (0 = off)
     overlong_penalty: Annotated[float, Field(ge=0)] = 1.0  # reward penalty at (and beyond) max_new_tokens
     beta: Annotated[float, Field(ge=0)] = 0.04
-    kl: Literal["k1", "k2", "k3"] = "k3"
-    aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "seq-mean-token-mean"
+    kl: str = "k3"  # the KL estimator (KL_ESTIMATORS)
+    aggregation: str = "seq-mean-token-mean"  # of the per-token losses (AGGREGATIONS)
     scale_rewards: bool = True
     skip_zero_advantage: bool = False  # leave zero-advantage rows out of the update (drops their KL term)
     dynamic_sampling: bool = False  # DAPO: resample until prompts_per_step groups have reward spread
@@ -92,6 +92,20 @@ class Rl(Section):
     eval_problems: PosInt = 200
     samples_every: PosInt = 25
     ppo: Ppo = Ppo()
+
+    @field_validator("algorithm", "advantage", "importance_ratio", "kl", "aggregation", mode="before")
+    @classmethod
+    def _registered(cls, value, info: ValidationInfo):
+        """An RL choice is a name of its registry (`dsmath.rl.registry.REGISTRIES`, by key), so that adding a variant
+        there adds it here. Read lazily: the registry module imports nothing of dsmath (no cycle, no torch), and
+        config imports nothing of rl when it is imported."""
+        from dsmath.rl.registry import REGISTRIES
+
+        names = [repr(n) for n in REGISTRIES[info.field_name]]
+        if not (isinstance(value, str) and value in REGISTRIES[info.field_name]):
+            choices = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+            raise ValueError(f"must be one of {choices}")  # worded as for the other choices (a Literal)
+        return value
 
     @model_validator(mode="after")
     def _combinations(self) -> Rl:

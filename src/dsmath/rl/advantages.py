@@ -1,13 +1,22 @@
-"""Advantage estimators of DeepSeekMath's GRPO (sec. 4.1.2 outcome, 4.1.3 process); the trainer picks one by
-`rl.advantage` (`dsmath.rl.algorithms.GRPO_ADVANTAGES`).
+"""Advantage estimators: the group-relative ones of DeepSeekMath's GRPO (sec. 4.1.2 outcome, 4.1.3 process), RLOO,
+PPO's GAE and RFT's coefficient, as tensor functions and as the estimators the trainer calls.
 
-All functions are tensor in / tensor out. Groups are laid out consecutively: rows ``g*G .. g*G+G-1`` of a ``(B*G, ...)``
-tensor are the G sampled outputs of question g.
+An estimator takes the batch's :class:`Signals` (tensors) and the ``rl`` params section and returns the (N, T)
+per-token advantages and a dict of extras (PPO: the values and returns its critic trains on). GRPO's are chosen by
+``rl.advantage`` in :data:`dsmath.rl.registry.ADVANTAGES`; the other algorithms name theirs in
+:mod:`dsmath.rl.algorithms`. Groups are laid out consecutively: rows ``g*G .. g*G+G-1`` of a ``(B*G, ...)`` tensor are
+the G sampled outputs of question g.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
 import torch
+
+from dsmath.rl import ppo as ppo_math
 
 
 def equal_reward_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -89,3 +98,79 @@ def process_advantages(step_rewards: torch.Tensor, step_ends: torch.Tensor, step
     at_end = torch.zeros(n, seq_len, dtype=torch.float32, device=step_rewards.device)
     at_end.scatter_add_(1, step_ends.clamp(0, seq_len - 1).long(), norm)
     return at_end.flip(1).cumsum(1).flip(1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the estimators: Signals and the rl section in, (N, T) advantages and extras out
+
+
+@dataclass(eq=False)
+class Signals:
+    """What an estimator reads of one batch of N = B*G outputs (group by group) and T completion positions.
+
+    ``steps`` (process supervision's step rewards) and ``values`` (the critic's, for an algorithm with a critic) are
+    computed when an estimator first reads them. ``all_sum`` sums a list of floats over the ranks of a data-parallel
+    batch (None in one process), for statistics of the whole batch (PPO's whitening).
+    """
+
+    rewards: torch.Tensor  # (N,) the training reward of each output
+    accuracy: torch.Tensor  # (N,) 1.0 where the final answer is right
+    mask: torch.Tensor  # (N, T) 1 on the policy's own tokens (0 on padding and tool-output holes)
+    logprobs: torch.Tensor  # (N, T) log pi_old of the sampled tokens
+    ref_logprobs: torch.Tensor  # (N, T) log pi_ref of the same tokens
+    steps_of: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
+    values_of: Callable[[], torch.Tensor] | None = None
+    all_sum: Callable[[list[float]], list[float]] | None = None
+
+    @cached_property
+    def steps(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(rewards, ends, mask), each (N, S): every reasoning step's reward, last token and existence."""
+        if self.steps_of is None:
+            raise ValueError("these signals carry no step rewards")
+        return self.steps_of()
+
+    @cached_property
+    def values(self) -> torch.Tensor:
+        """(N, T) the critic's value of the state before each completion token."""
+        if self.values_of is None:
+            raise ValueError("these signals carry no values: the algorithm has no critic")
+        return self.values_of()
+
+
+Estimator = Callable[[Signals, object], tuple[torch.Tensor, dict]]
+
+
+def per_token(a: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(N,) one advantage per output -> (N, T), the same on each of its tokens."""
+    return a[:, None].expand(mask.shape)
+
+
+def outcome(x: Signals, cfg) -> tuple[torch.Tensor, dict]:
+    """GRPO outcome supervision (sec. 4.1.2): A_{i,t} = (r_i - mean(r)) / std(r) over output i's group, every t."""
+    return per_token(group_advantages(x.rewards, cfg.group_size, scale=cfg.scale_rewards), x.mask), {}
+
+
+def process(x: Signals, cfg) -> tuple[torch.Tensor, dict]:
+    """GRPO process supervision (sec. 4.1.3): A_{i,t} = sum over the steps j of output i ending at or after t of
+    (r_j - mean) / std, the moments over every step of the group."""
+    rewards, ends, steps = x.steps
+    return process_advantages(rewards, ends, steps, cfg.group_size, x.mask.shape[1]), {}
+
+
+def rloo(x: Signals, cfg) -> tuple[torch.Tensor, dict]:
+    """RLOO: A_{i,t} = r_i - mean_{j != i} r_j over output i's group, every t."""
+    return per_token(leave_one_out_advantages(x.rewards, cfg.group_size), x.mask), {}
+
+
+def gae_whitened(x: Signals, cfg) -> tuple[torch.Tensor, dict]:
+    """PPO (eq. 1-2): token rewards r_t = score 1[t = last] - beta log(pi_old / pi_ref), GAE with the critic's values,
+    whitened over the batch; extras: the values and the returns the critic trains on."""
+    c, values = cfg.ppo, x.values
+    rewards = ppo_math.kl_penalised_rewards(x.rewards, x.logprobs, x.ref_logprobs, x.mask, c.kl_coef)
+    adv, returns = ppo_math.gae(rewards, values, x.mask, c.gamma, c.lam)
+    return ppo_math.whiten(adv, x.mask, reduce=x.all_sum), {"values": values, "returns": returns}
+
+
+def correct_only(x: Signals, cfg) -> tuple[torch.Tensor, dict]:
+    """(Online) RFT: gradient coefficient 1 on the tokens of correct outputs, 0 on the others."""
+    return per_token(x.accuracy, x.mask), {}

@@ -1,16 +1,17 @@
-"""GRPO / PPO policy loss (DeepSeekMath eq. 3), KL estimators and loss aggregation, chosen by name.
+"""GRPO / PPO policy loss (DeepSeekMath eq. 3): the loss variants, KL estimators and aggregations it picks by name.
 
 Per token:  ratio = pi_theta / pi_old  (old = the snapshot that sampled the batch, NOT the reference),
-            surrogate = min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A),
-            loss_t = -(surrogate - beta * KL_t(pi_theta || pi_ref)),
-and the per-token losses are aggregated over the completion mask by the named rule.
+            surrogate = min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)   (the loss variant, rl.importance_ratio),
+            loss_t = -(surrogate - beta * KL_t(pi_theta || pi_ref))          (the KL estimator, rl.kl),
+and the per-token losses are aggregated over the completion mask (rl.aggregation). Each choice is a registry of
+:mod:`dsmath.rl.registry` whose entries are the functions here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
+
+from dsmath.rl.registry import AGGREGATIONS, KL_ESTIMATORS, LOSSES
 
 # ----------------------------------------------------------------------------------------------------------------
 # KL estimators of KL(pi_theta || pi_ref) from samples o_t ~ pi_theta (Schulman, "Approximating KL divergence")
@@ -31,8 +32,6 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     log_ratio = (ref_logprobs - logprobs).clamp(-20.0, 20.0)  # guards exp() against overflow on outlier tokens
     return torch.exp(log_ratio) - log_ratio - 1.0
 
-
-KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 
 # ----------------------------------------------------------------------------------------------------------------
 # aggregation of per-token values (N, T) under a mask (N, T) into one scalar
@@ -74,17 +73,37 @@ def seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, *, rows: f
     return (values * m).sum() / max_tokens / max(denom, 1)
 
 
-AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
-    "seq-mean-token-mean": seq_mean_token_mean,
-    "token-mean": token_mean,
-    "seq-mean-token-sum-norm": seq_mean_token_sum_norm,
-}
+# ----------------------------------------------------------------------------------------------------------------
+# loss variants: (logprobs, old_logprobs, advantages, mask) (N, T) -> per-token loss and ratio (N, T), by name
 
 
-def _pick(table: dict, kind: str, name: str):
-    if name not in table:
-        raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(table)}")
-    return table[name]
+def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float):
+    """-min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A), per token (PPO's pessimistic bound)."""
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages
+    return -torch.minimum(unclipped, clipped)
+
+
+def token_clip(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+               clip_low: float, clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO / GRPO (eq. 3): one ratio pi_theta / pi_old per token, clipped token by token."""
+    ratio = torch.exp(logprobs - old_logprobs)
+    return clipped_surrogate(ratio, advantages, clip_low, clip_high), ratio
+
+
+def sequence_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(N, T) each output's length-normalised sequence ratio ``exp(sum_t m_t (logp_t - old_t) / sum_t m_t)``,
+    repeated over its tokens (GSPO, Zheng et al., 2025)."""
+    m = mask.to(logprobs.dtype)
+    seq = ((logprobs - old_logprobs) * m).sum(-1) / m.sum(-1).clamp(min=1)
+    return torch.exp(seq)[:, None].expand_as(logprobs)
+
+
+def sequence_clip(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                  *, clip_low: float, clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """GSPO: one ratio per output (:func:`sequence_ratio`), clipped as a whole and shared by its tokens."""
+    ratio = sequence_ratio(logprobs, old_logprobs, mask)
+    return clipped_surrogate(ratio, advantages, clip_low, clip_high), ratio
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -94,7 +113,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
                 clip_eps: float, ref_logprobs: torch.Tensor | None = None, beta: float = 0.0, kl: str = "k3",
                 aggregation: str = "seq-mean-token-mean", clip_eps_high: float | None = None,
                 max_tokens: int | None = None, rows: float | None = None, tokens: float | None = None,
-                ratio_level: str = "token"):
+                importance_ratio: str = "token"):
     """Clipped surrogate with an in-loss KL penalty (DeepSeekMath eq. 3); returns (loss, stats).
 
     logprobs, old_logprobs, ref_logprobs: (N, T) log-probs of the sampled tokens under the current, old and reference
@@ -102,42 +121,25 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     tokens. ``clip_eps_high`` (DAPO's clip-higher) defaults to ``clip_eps``. max_tokens: the generation budget, the
     constant normaliser of ``seq-mean-token-sum-norm``; rows / tokens: denominators of the aggregation when the
     batch is a subset of the objective's (see the aggregation functions; default: this batch's own counts).
-    ratio_level: ``token`` (PPO / GRPO: one ratio per token) or ``sequence`` (GSPO, Zheng et al., 2025: one ratio per
-    output, ``exp(mean_t log(pi_theta / pi_old))`` over its masked tokens, clipped as a whole and shared by its tokens).
+    importance_ratio: the loss variant (``LOSSES``): ``token`` (PPO / GRPO: one ratio per token) or ``sequence``
+    (GSPO: one ratio per output, ``exp(mean_t log(pi_theta / pi_old))`` over its masked tokens, clipped as a whole).
     stats: kl (aggregated like the loss; 0 without a reference), clip_frac_low / clip_frac_high (fraction of tokens
     where the clipped branch is active with A < 0 / A > 0), clip_frac, ratio_mean/min/max over masked tokens.
     """
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(logprobs)
-    agg = _pick(AGGREGATIONS, "aggregation", aggregation)
+    agg = AGGREGATIONS[aggregation]
     high = clip_eps if clip_eps_high is None else clip_eps_high
-    ratio = importance_ratio(logprobs, old_logprobs, mask, ratio_level)
-    unclipped = ratio * advantages
-    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + high) * advantages
-    per_token = -torch.minimum(unclipped, clipped)
+    per_token, ratio = LOSSES[importance_ratio](logprobs, old_logprobs, advantages, mask, clip_low=clip_eps,
+                                                clip_high=high)
     kl_tokens = torch.zeros_like(per_token)
-    if ref_logprobs is not None and beta != 0.0:
-        kl_tokens = _pick(KL_ESTIMATORS, "kl estimator", kl)(logprobs, ref_logprobs)
-        per_token = per_token + beta * kl_tokens
-    elif ref_logprobs is not None:
-        kl_tokens = _pick(KL_ESTIMATORS, "kl estimator", kl)(logprobs, ref_logprobs).detach()
+    if ref_logprobs is not None:
+        kl_tokens = KL_ESTIMATORS[kl](logprobs, ref_logprobs)
+        if beta != 0.0:
+            per_token = per_token + beta * kl_tokens
     norm = {"rows": rows, "tokens": tokens, "max_tokens": max_tokens}
     loss = agg(per_token, mask, **norm)
     return loss, _stats(ratio.detach(), advantages, mask, clip_eps, high, agg(kl_tokens.detach(), mask, **norm))
-
-
-def importance_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor,
-                     level: str = "token") -> torch.Tensor:
-    """(N, T) pi_theta / pi_old per token (``token``), or each output's length-normalised sequence ratio
-    ``exp(sum_t m_t (logp_t - old_t) / sum_t m_t)`` repeated over its tokens (``sequence``, GSPO)."""
-    log_ratio = logprobs - old_logprobs
-    if level == "token":
-        return torch.exp(log_ratio)
-    if level != "sequence":
-        raise ValueError(f"unknown ratio level {level!r}; valid: token, sequence")
-    m = mask.to(logprobs.dtype)
-    seq = (log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1)
-    return torch.exp(seq)[:, None].expand_as(logprobs)
 
 
 def _stats(ratio, advantages, mask, low, high, kl) -> dict[str, float]:

@@ -5,8 +5,9 @@ One step (``RLTrainer.step``):
    it is now; offline RFT samples from the frozen SFT model instead), recording the per-token log-probs (with
    DAPO's dynamic sampling, more rounds until ``prompts_per_step`` groups have reward spread);
 2. score every output with the rule-based reward (``dsmath.rewards``) and get reference log-probs (frozen SFT model);
-3. turn rewards into per-token advantages by the algorithm's rule (:mod:`dsmath.rl.algorithms`, by ``rl.algorithm``)
-   (the unified paradigm, sec. 5.2.1: each method is a data source + a reward function + a gradient coefficient):
+3. turn rewards into per-token advantages by the algorithm's estimator (:mod:`dsmath.rl.algorithms`, by
+   ``rl.algorithm``; the estimators are in :mod:`dsmath.rl.advantages`) (the unified paradigm, sec. 5.2.1: each
+   method is a data source + a reward function + a gradient coefficient):
    - grpo: group-relative, outcome ``(r - mean) / std`` or process (step rewards), KL to the reference in the loss;
    - ppo: learned critic + GAE on KL-penalised token rewards;
    - online_rft / rft: coefficient 1 on correct outputs, 0 elsewhere (supervised on the policy's / SFT's own
@@ -20,28 +21,33 @@ each rank samples and scores whole groups of the global batch (a group never str
 noise is keyed by its global index, so a rank samples exactly what one process would for those rows), the loss
 of every rank is normalised by the *global* denominators (the gradient average over ranks then equals the one-process
 gradient), and the step's metrics are computed over the rows of every rank. ``rl.prompts_per_step`` is the global
-batch: results do not depend on the process count up to floating-point summation order.
+batch: results do not depend on the process count up to floating-point summation order. That bookkeeping lives in
+:mod:`dsmath.rl.ranks`; the batch in :mod:`dsmath.rl.batch`, the metrics in :mod:`dsmath.rl.metrics`, the choices
+(algorithm, advantage, loss variant, KL estimator, aggregation) in :mod:`dsmath.rl.registry`.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 import time
 from collections.abc import Callable, Sequence
 
 import torch
 
 from dsmath import prompts
-from dsmath.distributed import World, all_sum, any_rank, average_gradients, gather_objects
+from dsmath.distributed import World, all_sum, any_rank, average_gradients
 from dsmath.generation.engines import autocast, position_ids
 from dsmath.generation.logprobs import bucketed_logprobs, shared_prefix_logprobs
 from dsmath.generation.rollout import Rollout, ToolMode, decode_completions, sample
 from dsmath.rl import ppo as ppo_math
-from dsmath.rl.advantages import equal_reward_groups, overlong_penalty
-from dsmath.rl.algorithms import ALGORITHMS, Batch, concat_batches
-from dsmath.rl.losses import KL_ESTIMATORS, policy_loss
-from dsmath.rl.scoring import Scorer, Scores
+from dsmath.rl import ranks
+from dsmath.rl.advantages import Signals, equal_reward_groups, overlong_penalty
+from dsmath.rl.algorithms import Algorithm
+from dsmath.rl.batch import Batch, concat_batches, spread_first
+from dsmath.rl.losses import policy_loss
+from dsmath.rl.metrics import step_metrics
+from dsmath.rl.registry import ALGORITHMS
+from dsmath.rl.scoring import Scorer, Scores, step_rewards
 
 
 class RLTrainer:
@@ -61,7 +67,7 @@ class RLTrainer:
         self.dtype = None if dtype in (None, torch.float32) else dtype
         policy = policy.to(self.world.device)
         self.cfg, self.policy, self.tok, self.problems, self.scorer = cfg, policy, tokenizer, list(problems), scorer
-        self.algo = ALGORITHMS[cfg.algorithm]
+        self.algo: Algorithm = ALGORITHMS[cfg.algorithm]
         self.ref = _frozen_copy(policy)
         self.opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         warm = max(cfg.warmup_steps, 1)
@@ -107,20 +113,39 @@ class RLTrainer:
         batch, sampled, times = self.collect()
         t2 = time.perf_counter()
         ro = batch.rollout
-        with torch.no_grad():
-            if self.dtype is not None:  # sampled in another precision than training: pi_old by the training forward
-                self.policy.eval()
-                lp = self.logprobs(self.policy, ro.input_ids, ro.attention_mask, ro.completion_ids.shape[1])
-                ro.logprobs = lp * ro.loss_mask
-            ref_lp = self.logprobs(self.ref, ro.input_ids, ro.attention_mask, ro.completion_ids.shape[1])
-        adv, extra = self.algo.advantages(self, batch, ref_lp)
+        ref_lp = self.reference_logprobs(ro)
+        adv, extra = self.algo.advantages(self.signals(batch, ref_lp), cfg)
         adv = adv.to(ro.completion_ids.device).contiguous()
         keep = (adv != 0).any(dim=1) if cfg.skip_zero_advantage else torch.ones(len(adv), dtype=torch.bool,
                                                                                 device=adv.device)
         stats = self.update(ro, adv, ref_lp, keep, extra)
         t3 = time.perf_counter()
         self.step_count += 1
-        return self._metrics(batch, sampled, ref_lp, keep, stats, (times[0], times[1], t3 - t2), t2 - t0)
+        return step_metrics(cfg, self.world, batch, sampled, ref_lp, keep, stats, lr=self.sched.get_last_lr()[0],
+                            skipped=self.skipped, times=(times[0], times[1], t3 - t2), step_s=t2 - t0)
+
+    def reference_logprobs(self, ro: Rollout) -> torch.Tensor:
+        """(N, T) log pi_ref of the sampled tokens. Sampled in another precision than training, the rollout's
+        log pi_old is first recomputed by the training forward (so that the ratio compares like with like)."""
+        t = ro.completion_ids.shape[1]
+        with torch.no_grad():
+            if self.dtype is not None:
+                self.policy.eval()
+                ro.logprobs = self.logprobs(self.policy, ro.input_ids, ro.attention_mask, t) * ro.loss_mask
+            return self.logprobs(self.ref, ro.input_ids, ro.attention_mask, t)
+
+    def signals(self, batch: Batch, ref_lp: torch.Tensor) -> Signals:
+        """What the advantage estimators read of `batch` (step rewards and critic values computed on demand)."""
+        ro, sc = batch.rollout, batch.scores
+
+        def values() -> torch.Tensor:
+            with torch.no_grad():
+                return self.values(ro)
+
+        return Signals(sc.rewards, sc.accuracy, ro.loss_mask, ro.logprobs, ref_lp,
+                       steps_of=lambda: step_rewards(self.tok, ro.completion_ids, ro.completion_mask, batch.golds,
+                                                     loss_mask=ro.loss_mask),
+                       values_of=values if self.critic is not None else None, all_sum=ranks.summer(self.world))
 
     def collect(self) -> tuple[Batch, Scores, tuple[float, float]]:
         """Sample and score the step's batch; returns (batch, scores of everything sampled, (generate s, score s)).
@@ -154,12 +179,7 @@ class RLTrainer:
         if not cfg.dynamic_sampling:
             batch, sampled = rounds[0], rounds[0].scores
         else:
-            flat = [equal_reward_groups(r.scores.rewards, g) for r in rounds]
-            pick = lambda r, groups: r.select_groups(groups.nonzero().squeeze(-1).tolist(), g)  # noqa: E731
-            spread = [pick(r, ~f) for r, f in zip(rounds, flat, strict=True)]
-            rest = [pick(r, f) for r, f in zip(rounds, flat, strict=True)]
-            pool = concat_batches([x for x in spread + rest if x.problems], self.tok.pad_token_id)
-            batch = pool.select_groups(list(range(b)), g)
+            batch = spread_first(rounds, b, g, self.tok.pad_token_id)
             sampled = concat_batches(rounds, self.tok.pad_token_id).scores
         self.last_samples = [{"question": batch.problems[i // g]["question"], "gold": batch.golds[i],
                               "completion": batch.scores.texts[i], "reward": float(batch.scores.rewards[i])}
@@ -196,58 +216,44 @@ class RLTrainer:
     # ---------------------------------------------------------------- the update
 
     def update(self, ro: Rollout, adv: torch.Tensor, ref_lp: torch.Tensor, keep: torch.Tensor, extra: dict):
-        """`mu` passes over the kept rows in `minibatches` optimiser steps; returns averaged loss statistics.
+        """Maximise the clipped surrogate (eq. 3) over the kept rows: `mu` passes in `minibatches` optimiser steps of
 
-        Every row is in the objective (eq. 3) unless `skip_zero_advantage` leaves rows whose advantage is 0 on every
-        token out of the forward pass; the aggregation's denominators then stay those of the whole batch (its
-        minibatch share), so the policy-gradient term is unchanged and only the skipped rows' KL term is lost.
-        Across ranks each minibatch is the union of every rank's share; its denominators are summed over ranks and
-        each rank's loss is scaled by the world size, which the gradient *average* over ranks undoes.
+            loss = agg_{i,t} -[min(r_t A_t, clip(r_t, 1 - eps, 1 + eps_high) A_t) - beta KL_t(pi_theta || pi_ref)],
+            r_t = pi_theta(o_t) / pi_old(o_t)   (RFT: r_t = 1, the plain log-likelihood gradient),
+
+        the surrogate by ``rl.importance_ratio``, KL_t by ``rl.kl``, agg by ``rl.aggregation``
+        (:mod:`dsmath.rl.losses`), beta = 0 where the algorithm has no KL in the loss; and, with a critic, one
+        value-loss step per minibatch.
+        Returns the loss statistics averaged over the minibatches (and ranks); {} when no row is kept.
+
+        Every row is in the objective unless `skip_zero_advantage` leaves rows whose advantage is 0 on every token
+        out of the forward pass; the denominators then stay those of the whole batch, so the policy-gradient term is
+        unchanged and only the skipped rows' KL term is lost. Minibatches, their denominators across ranks and the
+        statistics' merge are :mod:`dsmath.rl.ranks`'.
         """
-        cfg, world = self.cfg, self.world
+        cfg = self.cfg
         rows = keep.nonzero().squeeze(-1)
-        if not any_rank(world, len(rows) > 0):
+        if not any_rank(self.world, len(rows) > 0):
             return {}
         self.policy.train()
         t = ro.completion_ids.shape[1]
         beta = cfg.beta if self.algo.kl_in_loss else 0.0
-        base_norm: dict = {"max_tokens": cfg.max_new_tokens}
-        if cfg.skip_zero_advantage:
-            total_rows, total_tokens = all_sum(world, [float(len(keep)), float(ro.loss_mask.sum())])
-            base_norm |= {"rows": total_rows / cfg.minibatches, "tokens": total_tokens / cfg.minibatches}
-        acc: dict[str, list[float]] = {}
-        for epoch in range(cfg.mu):
-            shuffle = torch.Generator().manual_seed(self.seed * 1_000_003 + self.step_count * cfg.mu + epoch)
-            order = rows[torch.randperm(len(rows), generator=shuffle).to(rows.device)]
-            for mb in order.tensor_split(cfg.minibatches):
-                if not any_rank(world, len(mb) > 0):
-                    continue
-                norm = dict(base_norm)
-                if world.distributed and not cfg.skip_zero_advantage:  # this minibatch's global counts
-                    mask = ro.loss_mask[mb]
-                    n_rows, n_tokens = all_sum(world, [float((mask.sum(-1) > 0).sum()), float(mask.sum())])
-                    norm |= {"rows": n_rows, "tokens": n_tokens}
-                weight = 1.0 if len(mb) else 0.0  # a rank with no row this minibatch still joins the all-reduce
-                mb = mb if len(mb) else rows[:1] if len(rows) else torch.zeros(1, dtype=torch.long, device=rows.device)
-                lp = self.logprobs(self.policy, ro.input_ids[mb], ro.attention_mask[mb], t)
-                old = ro.logprobs[mb] if self.algo.ratio else lp.detach()
-                loss, stats = policy_loss(lp, old, adv[mb], ro.loss_mask[mb], clip_eps=cfg.clip_eps,
-                                          ref_logprobs=ref_lp[mb], beta=beta, kl=cfg.kl, aggregation=cfg.aggregation,
-                                          clip_eps_high=cfg.clip_eps_high, ratio_level=cfg.importance_ratio, **norm)
-                stats["kl_loss"] = stats.pop("kl")  # the in-loss KL of the rows trained (rl/kl is the batch's)
-                stats["loss"] = float(loss.detach())
-                stats |= self._optimise(loss * weight * world.size)
-                if self.critic is not None:
-                    stats |= self._critic_step(ro.select(mb), extra["values"][mb], extra["returns"][mb], weight)
-                if weight:
-                    for k, v in stats.items():
-                        acc.setdefault(k, []).append(v)
-        local = {k: sum(v) / len(v) for k, v in acc.items()}
-        if not world.distributed:
-            return local
-        ranks = [r for r in gather_objects(world, local) if r]  # loss and kl_loss are partial sums: add them up
-        return {k: sum(r[k] for r in ranks if k in r) / (1 if k in ("loss", "kl_loss") else
-                                                          sum(k in r for r in ranks)) for k in ranks[0]}
+        trained = []
+        for mb in ranks.minibatches(self.world, cfg, rows, keep, ro.loss_mask, self.seed, self.step_count):
+            i = mb.rows
+            logp = self.logprobs(self.policy, ro.input_ids[i], ro.attention_mask[i], t)  # log pi_theta
+            old = ro.logprobs[i] if self.algo.ratio else logp.detach()  # log pi_old
+            loss, stats = policy_loss(logp, old, adv[i], ro.loss_mask[i], ref_logprobs=ref_lp[i], beta=beta,
+                                      kl=cfg.kl, clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
+                                      importance_ratio=cfg.importance_ratio, aggregation=cfg.aggregation, **mb.norm)
+            stats["kl_loss"] = stats.pop("kl")  # the in-loss KL of the rows trained (rl/kl is the batch's)
+            stats["loss"] = float(loss.detach())
+            stats |= self._optimise(loss * mb.scale)
+            if self.critic is not None:
+                stats |= self._critic_step(ro.select(i), extra["values"][i], extra["returns"][i], mb.weight)
+            if mb.weight:
+                trained.append(stats)
+        return ranks.mean_stats(self.world, trained)
 
     def _optimise(self, loss: torch.Tensor) -> dict[str, float]:
         """Backward, average the gradients over ranks, clip, step; a non-finite loss or gradient (on any rank) skips
@@ -281,50 +287,7 @@ class RLTrainer:
         self.critic_opt.step()
         return {"value_loss": float(loss.detach())}
 
-    # ---------------------------------------------------------------- metrics, evaluation, checkpoints
-
-    def _metrics(self, batch: Batch, sampled: Scores, ref_lp, keep, stats, times, step_s) -> dict[str, float]:
-        """Reward, accuracy, format and flat groups over every output sampled this step; the rest over the batch;
-        across ranks, over the rows of every rank (times are this rank's).
-
-        rl/kl: the configured estimator between the sampling policy and the reference, token mean over every
-        policy token of the batch (the same quantity on every step); rl/kl_loss: the in-loss value of the update.
-        """
-        ro, g = batch.rollout, self.cfg.group_size
-        m = ro.loss_mask.float()
-        kl = KL_ESTIMATORS[self.cfg.kl](ro.logprobs, ref_lp)
-        per_row = {  # (rows,) on the CPU: what the metrics are computed from, gathered over ranks
-            "rewards": sampled.rewards, "accuracy": sampled.accuracy, "format": sampled.format,
-            "lengths": ro.completion_mask.sum(dim=1).float(), "kl": (kl * m).sum(-1), "logp": (ro.logprobs * m).sum(-1),
-            "tokens": m.sum(-1), "tool_calls": ro.tool_calls.float(), "keep": keep.float(),
-        }
-        per_row = {k: v.detach().cpu() for k, v in per_row.items()}
-        if self.world.distributed:
-            parts = gather_objects(self.world, per_row)
-            per_row = {k: torch.cat([p[k] for p in parts]) for k in per_row}
-        r, lengths, tokens = per_row["rewards"], per_row["lengths"], per_row["tokens"].sum().clamp(min=1)
-        out = {
-            "reward_mean": float(r.mean()),
-            "reward_std": float(r.std()),
-            "accuracy": float(per_row["accuracy"].mean()),
-            "format_rate": float(per_row["format"].mean()),
-            "zero_std_groups": float(equal_reward_groups(r, g).float().mean()),
-            "sampled_groups": float(len(r) // g),
-            "kl": float(per_row["kl"].sum() / tokens),
-            "entropy": float(-per_row["logp"].sum() / tokens),  # sampled-token estimate
-            "response_len_mean": float(lengths.mean()),
-            "response_len_max": float(lengths.max()),
-            "trained_rows": float(per_row["keep"].sum()) if stats else 0.0,
-            "lr": self.sched.get_last_lr()[0],
-            "skipped_steps": float(self.skipped),
-            "rollout_tokens_per_s": float(lengths.sum()) / max(times[0], 1e-9),
-            "time_generate_s": times[0],
-            "time_score_s": times[1],
-            "time_train_s": times[2],
-            "time_step_s": step_s + times[2],
-            "tool_calls": float(per_row["tool_calls"].mean()),
-        }
-        return {f"rl/{k}": v for k, v in (out | stats).items() if not (isinstance(v, float) and math.isnan(v))}
+    # ---------------------------------------------------------------- evaluation, checkpoints
 
     def greedy_accuracy(self, problems: Sequence[dict], batch_size: int = 128) -> float:
         """Greedy accuracy of the current policy on `problems` (through the same reward layer), the problems split
