@@ -23,13 +23,13 @@ $(STAMP): pyproject.toml requirements.lock
 	touch $(STAMP)
 
 repro: setup
-	$(BIN)/python -m dsmath.pipeline
+	$(BIN)/python -m dsmath.orchestration.pipeline
 
 study: setup   # the DeepSeekMath study (configs/study.yaml): every variant x seed as a DVC experiment, resumable
 	$(BIN)/python -m dsmath.study run
 
 readme: setup   # README's results block from the committed metrics/ of a default run
-	$(BIN)/python -m dsmath.readme
+	$(BIN)/python -m dsmath.reporting.readme
 
 test: setup
 	$(BIN)/pytest -q -m "not real_model"

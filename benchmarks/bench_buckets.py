@@ -30,7 +30,7 @@ import torch
 
 from dsmath.config import load_params
 from dsmath.generation.tools import sandbox_tool
-from dsmath.model import load_dir
+from dsmath.modeling.model import load_dir
 from dsmath.rl.run import rl_problems
 from dsmath.rl.scoring import Scorer
 from dsmath.rl.trainer import RLTrainer

@@ -1,4 +1,5 @@
-"""The output head and its log-softmax, plain against fused (:mod:`dsmath.lm_head`), side by side in one process.
+"""The output head and its log-softmax, plain against fused (:mod:`dsmath.modeling.lm_head`), side by side in one
+process.
 
 Times forward + backward of ``log_softmax(h @ W.T)[target]`` summed, on the default model's head (hidden 160,
 vocabulary 1,536 from params.yaml) at the row counts the stages use:
@@ -7,9 +8,9 @@ vocabulary 1,536 from params.yaml) at the row counts the stages use:
 - SFT: ~21 packed rows x 320 positions, the loss on the responses only (the fused path computes the targets only);
 - RL: 128 rows x 112 completion tokens (the policy forward's per-token log-probs; no row dropped).
 
-plain: the logits, ``log_softmax`` and ``gather`` of the code before :mod:`dsmath.lm_head` (what autograd keeps and
-allocates for a (rows, vocab) tensor); fused: :func:`dsmath.lm_head.token_logprobs`. The two alternate; the table
-gives the median ms per call, the ratio, the largest gradient difference, and the machine's matmul GFLOP/s.
+plain: the logits, ``log_softmax`` and ``gather`` of the code before :mod:`dsmath.modeling.lm_head` (what autograd keeps
+and allocates for a (rows, vocab) tensor); fused: :func:`dsmath.modeling.lm_head.token_logprobs`. The two alternate; the
+table gives the median ms per call, the ratio, the largest gradient difference, and the machine's matmul GFLOP/s.
 
     .venv/bin/python benchmarks/bench_lm_head.py --repeats 5 --out benchmarks/results/lm_head.json
 """
@@ -25,7 +26,7 @@ import time
 import torch
 
 from dsmath.config import load_params
-from dsmath.lm_head import token_logprobs
+from dsmath.modeling.lm_head import token_logprobs
 from dsmath.train.flops import matmul_flops_per_s
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from dsmath.config import load_params
-from dsmath.model import build_scratch, load_pretrained, param_count, train_flops_per_token
+from dsmath.modeling.model import build_scratch, load_pretrained, param_count, train_flops_per_token
 from dsmath.train.data import causal_batch
 from dsmath.train.flops import matmul_flops_per_s
 from dsmath.train.loop import make_accelerator, train
@@ -67,7 +67,7 @@ def _mlp_shape(params) -> tuple[int, int]:
         return params.model.hidden_size, params.model.intermediate_size
     from transformers import AutoConfig
 
-    from dsmath.model import resolve_path
+    from dsmath.modeling.model import resolve_path
 
     kwargs = {"gguf_file": params.model.gguf_file} if params.model.gguf_file else {}
     cfg = AutoConfig.from_pretrained(resolve_path(params.model.name_or_path), **kwargs)
@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", help="training precision: float32 | bfloat16 (GPUs)")
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="the device's spec peak in --dtype (0: none)")
     args = ap.parse_args()
-    from dsmath.distributed import resolve_dtype
+    from dsmath.runtime.distributed import resolve_dtype
 
     mm_dtype = resolve_dtype(args.dtype)
 

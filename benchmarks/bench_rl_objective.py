@@ -28,8 +28,8 @@ from dsmath.config import parse_params
 from dsmath.data.io import read_jsonl
 from dsmath.evaluation.evaluate import Generator, evaluate_split
 from dsmath.generation.tools import sandbox_tool
-from dsmath.model import load_dir
-from dsmath.report import standard_error_of_delta
+from dsmath.modeling.model import load_dir
+from dsmath.reporting.paper import standard_error_of_delta
 from dsmath.rl.run import rl_problems
 from dsmath.rl.scoring import Scorer
 from dsmath.rl.trainer import RLTrainer

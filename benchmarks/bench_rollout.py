@@ -49,7 +49,7 @@ def default_model(seed: int):
 def pretrained_model(name_or_path: str, gguf_file: str):
     from transformers import AutoModelForCausalLM
 
-    from dsmath.model import resolve_path
+    from dsmath.modeling.model import resolve_path
 
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     return AutoModelForCausalLM.from_pretrained(resolve_path(name_or_path), dtype=torch.float32, **kwargs).eval()
@@ -66,8 +66,8 @@ def question_prompts(model_dir: str, path: str, mode: str, batch: int) -> tuple[
     """The first `batch` questions of a jsonl file in the prompt format of `mode`, and the model's EOS id."""
     from transformers import AutoTokenizer
 
-    from dsmath import prompts
     from dsmath.data.io import read_jsonl
+    from dsmath.modeling import prompts
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     texts = [prompts.format_prompt(r["question"], mode, tok) for r in read_jsonl(path)[:batch]]
@@ -152,7 +152,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu | cuda")
     ap.add_argument("--dtype", default="float32", help="decoding precision: float32 | bfloat16 (GPUs)")
     args = ap.parse_args()
-    from dsmath.distributed import resolve_dtype
+    from dsmath.runtime.distributed import resolve_dtype
 
     dtype = resolve_dtype(args.dtype)
 

@@ -17,7 +17,7 @@ import sys
 import time
 
 from dsmath.config import Sandbox
-from dsmath.sandbox import run_python, run_python_batch
+from dsmath.sandbox.pool import run_python, run_python_batch
 
 PROGRAMS = [  # short correct PoT programs in the style of docs/formats.md
     "boxes = {i}\ntotal = boxes * 12\nprint(total - 5)",

@@ -29,7 +29,7 @@ from dsmath.config import load_params
 from dsmath.data.io import read_jsonl
 from dsmath.evaluation.evaluate import Generator, evaluate_split
 from dsmath.generation.tools import sandbox_tool
-from dsmath.model import load_dir
+from dsmath.modeling.model import load_dir
 from dsmath.rl.run import rl_problems
 from dsmath.rl.scoring import Scorer
 from dsmath.rl.trainer import RLTrainer

@@ -31,7 +31,7 @@ import torch
 
 from dsmath.config import load_params
 from dsmath.data.io import read_jsonl
-from dsmath.model import build_scratch, load_dir, train_flops_per_token
+from dsmath.modeling.model import build_scratch, load_dir, train_flops_per_token
 from dsmath.train import data
 from dsmath.train.flops import matmul_flops_per_s
 from dsmath.train.loop import make_accelerator, train

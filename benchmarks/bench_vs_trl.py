@@ -158,7 +158,7 @@ def run_dsmath(args) -> dict:
     import torch
 
     import dsmath.rl.trainer as trainer_mod
-    from dsmath.model import load_dir
+    from dsmath.modeling.model import load_dir
     from dsmath.rl.scoring import Scorer
 
     params, cfg, train, _ = shared_setup(args)
@@ -192,7 +192,7 @@ def run_trl(args) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from dsmath import prompts
+    from dsmath.modeling import prompts
 
     params, cfg, train, reward = shared_setup(args)
     tok = AutoTokenizer.from_pretrained(args.model)

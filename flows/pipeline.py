@@ -1,7 +1,7 @@
 """Prefect flow: runs the DVC pipeline one task per stage, in the order of the DVC graph, inside one MLflow parent run.
 
-Orchestration only: the stage order comes from `dvc.yaml` (through `dsmath.pipeline.stage_graph`), each task is
-`dvc repro -s <stage>`, and training logic lives in the stages. Run it:
+Orchestration only: the stage order comes from `dvc.yaml` (through `dsmath.orchestration.pipeline.stage_graph`), each
+task is `dvc repro -s <stage>`, and training logic lives in the stages. Run it:
 
     .venv/bin/python -m flows.pipeline            # once, ephemeral Prefect (no server needed)
     .venv/bin/python -m flows.pipeline --serve    # a deployment with a cron schedule, visible in `prefect server start`
@@ -20,8 +20,9 @@ import yaml
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
-from dsmath import pipeline, tracking
 from dsmath.config import load_raw, parse_params
+from dsmath.orchestration import pipeline
+from dsmath.runtime import tracking
 from dsmath.study import runner
 from dsmath.study.spec import apply
 
@@ -43,8 +44,8 @@ def _retry_only_transient(task, task_run, state) -> bool:
 @task(retries=2, retry_delay_seconds=5, retry_condition_fn=_retry_only_transient, task_run_name="{stage}")
 def run_stage(stage: str, metrics_files: list[str]) -> dict[str, dict]:
     """`dvc repro -s <stage>` with its output streamed into the Prefect log; publishes the metrics files the stage
-    declares in dvc.yaml (`metrics_files`, from :func:`dsmath.pipeline.stage_metrics_files`) as one table artifact
-    with a row per metric. Returns {metrics file: its metrics}."""
+    declares in dvc.yaml (`metrics_files`, from :func:`dsmath.orchestration.pipeline.stage_metrics_files`) as one table
+    artifact with a row per metric. Returns {metrics file: its metrics}."""
     log = get_run_logger()
     code, lines = pipeline.repro_stage(stage, on_line=log.info)
     if code != 0:

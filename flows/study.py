@@ -17,7 +17,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from dsmath import tracking
+from dsmath.runtime import tracking
 from dsmath.study import runner
 from dsmath.study.report import build_study_report
 from dsmath.study.spec import load_study

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dsmath.config import Params
-from dsmath.stage import run_stage
-from dsmath.train import recipes, report
+from dsmath.runtime.stage import run_stage
+from dsmath.train import lifecycle, recipes
 
 
 def main(params: Params) -> None:
     sections = {"common.seed": params.common.seed, "model": params.model.model_dump()}
     sections["base"] = params.base.model_dump()
-    report.run_training_stage(params, "base", recipes.base, sections)
+    lifecycle.run_training_stage(params, "base", recipes.base, sections)
 
 
 if __name__ == "__main__":

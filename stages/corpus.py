@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsmath import tracking
 from dsmath.config import Params
 from dsmath.data.corpus import build_corpus
 from dsmath.data.io import write_jsonl
 from dsmath.data.synthetic import generate_splits, math_text_documents
-from dsmath.stage import run_stage, write_metrics
+from dsmath.runtime import tracking
+from dsmath.runtime.stage import run_stage, write_metrics
 
 
 def main(params: Params) -> None:

@@ -3,10 +3,10 @@ every seed's model, and their mean as the stage's metrics)."""
 
 from __future__ import annotations
 
-from dsmath import distributed, tracking
 from dsmath.config import CHAIN, Params
 from dsmath.evaluation.run import run_evaluation
-from dsmath.stage import run_stage, write_metrics
+from dsmath.runtime import distributed, tracking
+from dsmath.runtime.stage import run_stage, write_metrics
 
 
 def main(params: Params, model_name: str) -> None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dsmath.config import Params
-from dsmath.stage import run_stage
-from dsmath.train import recipes, report
+from dsmath.runtime.stage import run_stage
+from dsmath.train import lifecycle, recipes
 
 
 def main(params: Params) -> None:
     sections = {"common.seed": params.common.seed, "pretrain": params.pretrain.model_dump()}
-    report.run_training_stage(params, "pretrain", recipes.pretrain, sections)
+    lifecycle.run_training_stage(params, "pretrain", recipes.pretrain, sections)
 
 
 if __name__ == "__main__":

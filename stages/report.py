@@ -3,10 +3,10 @@ model version, and makes it the champion when it beats the current one there."""
 
 from __future__ import annotations
 
-from dsmath import tracking
 from dsmath.config import Params
-from dsmath.report import build_report
-from dsmath.stage import run_stage, write_metrics
+from dsmath.reporting.paper import build_report
+from dsmath.runtime import tracking
+from dsmath.runtime.stage import run_stage, write_metrics
 
 
 def main(params: Params) -> None:

@@ -3,10 +3,10 @@ of `common.rl_seeds` (the data and the SFT model are the same for every seed).""
 
 from __future__ import annotations
 
-from dsmath import distributed, tracking
 from dsmath.config import Params, seed_dir
 from dsmath.rl.run import train_rl
-from dsmath.stage import run_stage, write_metrics
+from dsmath.runtime import distributed, tracking
+from dsmath.runtime.stage import run_stage, write_metrics
 
 
 def main(params: Params, seed: str) -> None:

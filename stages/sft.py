@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dsmath.config import Params
-from dsmath.stage import run_stage
-from dsmath.train import report, sft
+from dsmath.runtime.stage import run_stage
+from dsmath.train import lifecycle, sft
 
 
 def main(params: Params) -> None:
     sections = {"common.seed": params.common.seed, "sft": params.sft.model_dump()}
-    report.run_training_stage(params, "sft", sft.sft, sections)
+    lifecycle.run_training_stage(params, "sft", sft.sft, sections)
 
 
 if __name__ == "__main__":

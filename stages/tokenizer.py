@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsmath import model, tokenizer, tracking
 from dsmath.config import Params
 from dsmath.data.io import read_jsonl
-from dsmath.stage import run_stage, write_metrics
+from dsmath.modeling import model, tokenizer
+from dsmath.runtime import tracking
+from dsmath.runtime.stage import run_stage, write_metrics
 
 
 def main(params: Params) -> None:

@@ -63,7 +63,7 @@ def smoke(tmp_path, monkeypatch):
 def chain(tmp_path_factory):
     """The smoke corpus plus the four supervised stages (tokenizer, base, pretrain, sft), run once in-process per
     test session (the stage tests start from it); returns the temporary directory."""
-    from dsmath.stage import run_stage
+    from dsmath.runtime.stage import run_stage
     from stages import base, corpus, pretrain, sft, tokenizer
 
     tmp = tmp_path_factory.mktemp("supervised")

@@ -1,7 +1,8 @@
 """The Prefect flow's failure path, with fake stages: a failing stage fails the flow and names itself, nothing
 downstream of it runs, a busy DVC lock is retried and a real error is not, and the MLflow parent run ends FAILED.
 
-No training and no `dvc repro`: `dsmath.pipeline.repro_stage` is replaced by `FakeStages`, which records each call
+No training and no `dvc repro`: `dsmath.orchestration.pipeline.repro_stage` is replaced by `FakeStages`, which records
+each call
 (and the parent run id the stage would see), plays a scripted (exit code, output) per stage and, on success, writes
 the metrics files the stage declares. Everything else is real: a tiny DVC project (its own dvc.yaml, the smoke params)
 gives the stage graph and the metrics paths, a Prefect test harness (one per module, ~20 s to start) runs the flow,
@@ -21,7 +22,8 @@ import networkx as nx
 import pytest
 import yaml
 
-from dsmath import pipeline, tracking
+from dsmath.orchestration import pipeline
+from dsmath.runtime import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -127,7 +129,7 @@ def project(tmp_path_factory):
         from prefect.settings import temporary_settings
         from prefect.testing.utilities import prefect_test_harness
 
-        from dsmath.pipeline import stage_metrics_files
+        from dsmath.orchestration.pipeline import stage_metrics_files
 
         # the env above is too late if prefect was imported before this module: set the same through its settings
         with temporary_settings(updates={"home": state / "prefect", "server.analytics_enabled": False}):

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dsmath import pipeline, tracking
 from dsmath.config import parse_params
+from dsmath.orchestration import pipeline
+from dsmath.runtime import tracking
 
 
 def _free_port() -> int:

@@ -1,6 +1,7 @@
 """The whole chain on the smoke profile, in a temporary copy of the project: DVC, Prefect and MLflow together.
 
-One module-scoped build (`python -m dsmath.pipeline`, i.e. `make repro`: `dvc repro` inside an MLflow parent run)
+One module-scoped build (`python -m dsmath.orchestration.pipeline`, i.e. `make repro`: `dvc repro` inside an MLflow
+parent run)
 is shared by the tests below, which then check idempotence, what a param change re-runs, the Prefect flow, the MLflow
 run tree and registry, and that bad params fail before anything is touched.
 """
@@ -19,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dsmath import pipeline
-from dsmath.tracking import metric_key
+from dsmath.orchestration import pipeline
+from dsmath.runtime.tracking import metric_key
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -77,7 +78,7 @@ def repo(tmp_path_factory):
                 ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke"]):
         _run(repo, *cmd)
     t0 = time.perf_counter()
-    proc = _run(repo, sys.executable, "-m", "dsmath.pipeline")
+    proc = _run(repo, sys.executable, "-m", "dsmath.orchestration.pipeline")
     repo_build_s = time.perf_counter() - t0
     (repo / "build.log").write_text(proc.stdout + proc.stderr + f"\nbuild seconds: {repo_build_s:.1f}\n")
     return repo
@@ -277,7 +278,7 @@ def test_invalid_params_fail_before_anything_runs(repo):
         proc = _run(repo, sys.executable, "-m", "flows.pipeline", check=False, timeout=300)
         assert proc.returncode != 0
         assert "stage rl@1234, rl@1235: rl.group_size: must be >= 2 (got 1)" in proc.stdout + proc.stderr
-        make = _run(repo, sys.executable, "-m", "dsmath.pipeline", check=False)
+        make = _run(repo, sys.executable, "-m", "dsmath.orchestration.pipeline", check=False)
         assert make.returncode == 2 and "stage rl@1234, rl@1235: rl.group_size" in make.stderr
     finally:
         (repo / "params.yaml").write_text(original)

@@ -7,7 +7,7 @@ import json
 from conftest import ROOT, smoke_params, write_params
 
 from dsmath.data.io import read_jsonl
-from dsmath.stage import run_stage
+from dsmath.runtime.stage import run_stage
 from stages import corpus
 
 

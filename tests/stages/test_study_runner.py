@@ -60,8 +60,8 @@ def workspace(tmp_path, monkeypatch):
 def test_a_variants_seeds_run_as_one_experiment_with_a_record_and_a_run_per_seed(workspace):
     import mlflow
 
-    from dsmath import tracking
     from dsmath.config import parse_params
+    from dsmath.runtime import tracking
 
     study, calls, raw = workspace
     params = parse_params(raw)

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from conftest import ROOT, smoke_params, subprocess_env, weights_digest, write_params
 
-from dsmath.stage import run_stage
+from dsmath.runtime.stage import run_stage
 from stages import base, pretrain, sft, tokenizer
 
 TRAINING = ("base", "pretrain", "sft")

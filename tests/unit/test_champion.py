@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from dsmath import tracking
 from dsmath.config import parse_params
+from dsmath.runtime import tracking
 
 
 @pytest.mark.parametrize(

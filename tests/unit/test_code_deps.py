@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsmath import codedeps
+from dsmath.core import codedeps
 
 
 def test_dvc_yaml_declares_every_file_each_stage_imports():
     """A file a stage imports (lazily or not) that no dep covers would let a code change re-run nothing: fix with
-    `python -m dsmath.codedeps --write`."""
+    `python -m dsmath.core.codedeps --write`."""
     missing = {s: m for s, m in codedeps.missing_deps().items() if m}
-    assert not missing, f"undeclared code deps (run `python -m dsmath.codedeps --write`): {missing}"
+    assert not missing, f"undeclared code deps (run `python -m dsmath.core.codedeps --write`): {missing}"
 
 
 def test_dvc_yaml_declares_no_code_a_stage_does_not_import():
@@ -27,13 +27,13 @@ def test_the_closure_holds_the_files_the_issue_found_undeclared():
     """lm_head (fused head of every training loss), config/ (class defaults), stage.py (seeding), distributed.py,
     prompts.py (base) and data/io.py were deps of no stage before the closure was derived."""
     base = set(codedeps.stage_closure("base"))
-    for f in ("src/dsmath/lm_head.py", "src/dsmath/config/training.py", "src/dsmath/stage.py",
-              "src/dsmath/distributed.py", "src/dsmath/prompts.py", "src/dsmath/data/io.py"):
+    for f in ("src/dsmath/modeling/lm_head.py", "src/dsmath/config/training.py", "src/dsmath/runtime/stage.py",
+              "src/dsmath/runtime/distributed.py", "src/dsmath/modeling/prompts.py", "src/dsmath/data/io.py"):
         assert f in base, f
     evaluate = set(codedeps.stage_closure("evaluate"))
     assert "src/dsmath/rewards/mathverify_worker.py" in evaluate  # started by path, not imported
-    assert "src/dsmath/tracking.py" not in evaluate  # output-neutral, listed with its reason
-    assert "src/dsmath/tracking.py" in codedeps.closure("stages.evaluate", neutral=True)
+    assert "src/dsmath/runtime/tracking.py" not in evaluate  # output-neutral, listed with its reason
+    assert "src/dsmath/runtime/tracking.py" in codedeps.closure("stages.evaluate", neutral=True)
     assert "src/dsmath/rl/trainer.py" not in evaluate  # evaluation imports no RL
 
 

@@ -136,7 +136,7 @@ def test_every_default_lives_once_code_defaults_equal_params_yaml():
     """One source of every default: each key of params.yaml has a code default equal to it, and the code has no key
     params.yaml lacks, so what a reader sees in src/dsmath/config/ is what runs."""
     from dsmath.config import Params, load_raw
-    from dsmath.tracking import flatten
+    from dsmath.runtime.tracking import flatten
 
     code = flatten(Params().model_dump())
     yaml_ = flatten(load_params(ROOT / "params.yaml").model_dump())

@@ -47,8 +47,8 @@ def test_a_sane_run_is_unchanged_by_the_checks():
 
 
 def test_finish_refuses_to_save_a_nonfinite_model(tmp_path):
-    from dsmath.tracking import NullRun
-    from dsmath.train import report
+    from dsmath.runtime.tracking import NullRun
+    from dsmath.train import lifecycle
 
     model = tiny_model()
     with torch.no_grad():
@@ -59,7 +59,7 @@ def test_finish_refuses_to_save_a_nonfinite_model(tmp_path):
     params = SimpleNamespace(common=SimpleNamespace(paths=SimpleNamespace(metrics=str(tmp_path / "metrics"),
                                                                            plots=str(tmp_path / "plots"))))
     with pytest.raises(DivergenceError, match=r"sft: .*non-finite.*model\.norm\.weight"):
-        report.finish(SimpleNamespace(is_main_process=True), NullRun(), params, "sft", outcome,
+        lifecycle.finish(SimpleNamespace(is_main_process=True), NullRun(), params, "sft", outcome,
                       tmp_path / "models" / "sft", 1.0)
     assert not (tmp_path / "models").exists() and not (tmp_path / "metrics").exists()
 
@@ -89,9 +89,9 @@ class NanAtScorer(LengthScorer):
 
 def _rl_run(tmp_path, monkeypatch, tok, scorer, **rl):
     """train_rl on the tiny model and tokenizer with `scorer` (val probe: greedy, through the same scorer)."""
-    from dsmath.distributed import World
     from dsmath.rl import run as rl_run
-    from dsmath.tracking import NullRun
+    from dsmath.runtime.distributed import World
+    from dsmath.runtime.tracking import NullRun
 
     cfg = dict(mode="cot", steps=4, prompts_per_step=2, group_size=4, max_new_tokens=8, lr=1e-2, warmup_steps=0,
                eval_every=0, eval_problems=2, checkpoint_every=2, samples_every=100) | rl

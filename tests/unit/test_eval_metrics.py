@@ -66,7 +66,7 @@ def test_maj_at_k_uses_only_first_k():
 
 
 def test_moving_average_is_trailing_and_short_at_the_start():
-    from dsmath.report import moving_average
+    from dsmath.reporting.paper import moving_average
 
     assert moving_average([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
     assert moving_average([2.0, 4.0], 10) == [2.0, 3.0]
@@ -74,7 +74,7 @@ def test_moving_average_is_trailing_and_short_at_the_start():
 
 
 def test_rl_curves_plot_one_smoothed_line_per_seed_and_held_out_points():
-    from dsmath.report import plot_rl_curves
+    from dsmath.reporting.paper import plot_rl_curves
 
     def run(scale: float) -> list[dict]:
         rows = [{"step": "0", "reward_mean": "", "accuracy": "", "kl": "", "val_greedy_acc": str(0.5 * scale)}]

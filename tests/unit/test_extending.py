@@ -14,8 +14,8 @@ import pytest
 import torch
 import yaml
 
-from dsmath import codedeps
 from dsmath.config import ParamsError, Rl, load_raw, merge, parse_params
+from dsmath.core import codedeps
 from dsmath.rl import registry
 from dsmath.rl.trainer import RLTrainer
 from dsmath.study.spec import load_study, variant_params
@@ -139,7 +139,7 @@ def test_the_runtime_registration_block_registers_and_removes(monkeypatch):
 
 def test_every_registry_entry_resolves_into_the_rl_stage_code():
     """A registry names its functions by "module:attribute" (no import): each must exist and be a file of the rl
-    stage's import closure, or a change to it would not re-run the stage (dsmath.codedeps)."""
+    stage's import closure, or a change to it would not re-run the stage (dsmath.core.codedeps)."""
     closure = set(codedeps.stage_closure("rl"))
     for key, reg in registry.REGISTRIES.items():
         for name, entry in reg._entries.items():

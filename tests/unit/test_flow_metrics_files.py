@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from dsmath.config import load_params
-from dsmath.pipeline import stage_metrics_files
+from dsmath.orchestration.pipeline import stage_metrics_files
 
 ROOT = Path(__file__).resolve().parents[2]
 

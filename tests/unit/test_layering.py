@@ -1,6 +1,7 @@
-"""Packages import downward only: generation is shared by rl, evaluation and train and imports none of them; neither
-evaluation nor train imports rl (the acceptance check `grep -rn "dsmath.rl" src/dsmath/evaluation src/dsmath/train`);
-config reads of rl only its leaf registry of names. And no module of the house is in an import circle."""
+"""The house has floors, and every package imports only from the floors below it (and from itself): the order is
+declared once in FLOORS, bottom first, and every package of src/dsmath must be on a floor. Two packages on one floor do
+not import each other. One exception, declared: config validates the RL choices against rl's leaf registry of names.
+And no module of the house is in an import circle."""
 
 from __future__ import annotations
 
@@ -10,6 +11,23 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "dsmath"
+
+FLOORS = (  # bottom first
+    ("core",),  # stdlib-only helpers: errors, the code closure, worker pools
+    ("config",),  # the validated params
+    ("runtime",),  # what every stage process shares: run_stage, restore, processes and devices, MLflow tracking
+    ("data",),  # corpus, benchmarks, synthetic problems
+    ("modeling",),  # model factory, fused LM head, tokenizer, prompt format
+    ("sandbox",),  # model-written programs run contained
+    ("rewards", "generation"),  # scoring answers; sampling and log-probs
+    ("evaluation",),
+    ("train",),  # pretraining and SFT, and the training-stage lifecycle
+    ("rl",),
+    ("reporting",),  # the paper-style report and the README results
+    ("study", "orchestration"),  # the seed/variant study; the pipeline plumbing of `make repro` and the flows
+)
+EXCEPTIONS = {("config", "dsmath.rl.registry")}  # (package, module it may import against the order)
+FLOOR = {pkg: i for i, floor in enumerate(FLOORS) for pkg in floor}
 
 
 def imported_modules(package: str) -> dict[str, set[str]]:
@@ -26,18 +44,32 @@ def imported_modules(package: str) -> dict[str, set[str]]:
     return out
 
 
-@pytest.mark.parametrize(("package", "forbidden"), [
-    ("generation", ("dsmath.rl", "dsmath.evaluation", "dsmath.train")),
-    ("evaluation", ("dsmath.rl", "dsmath.train")),
-    ("train", ("dsmath.rl",)),
-])
-def test_packages_import_downward_only(package, forbidden):
-    bad = {f: sorted(m for m in mods if m.startswith(forbidden)) for f, mods in imported_modules(package).items()}
-    assert not {f: m for f, m in bad.items() if m}, f"{package} imports upward: {bad}"
+def test_every_package_is_on_a_floor_and_nothing_sits_beside_them():
+    packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(FLOOR), f"packages not on a floor: {packages - set(FLOOR)}; floors without one: " \
+                                   f"{set(FLOOR) - packages}"
+    assert sorted(p.name for p in SRC.glob("*.py")) == ["__init__.py"], "modules beside the packages"
 
 
-def test_the_scan_sees_imports():
+def upward(package: str, module: str) -> bool:
+    """Whether `package` importing `module` breaks the order (a module of another package on its floor or above)."""
+    other = module.split(".")[1] if module.count(".") else "dsmath"
+    allowed = any(p == package and (module == e or module.startswith(e + ".")) for p, e in EXCEPTIONS)
+    return other != package and other in FLOOR and FLOOR[other] >= FLOOR[package] and not allowed
+
+
+@pytest.mark.parametrize("package", sorted(FLOOR))
+def test_packages_import_downward_only(package):
+    bad = {f: sorted(m for m in mods if upward(package, m)) for f, mods in imported_modules(package).items()}
+    assert not {f: m for f, m in bad.items() if m}, f"{package} (floor {FLOOR[package]}) imports upward: {bad}"
+
+
+def test_the_floor_check_sees_an_upward_import():
     assert "dsmath.generation.rollout" in imported_modules("rl")["rl/trainer.py"]
+    assert upward("generation", "dsmath.rl.trainer") and upward("rewards", "dsmath.generation.rollout")
+    assert upward("config", "dsmath.rl.trainer") and not upward("config", "dsmath.rl.registry.REGISTRIES")
+    assert not upward("rl", "dsmath.generation.rollout") and not upward("rl", "dsmath.rl.trainer")
+    assert FLOOR["rl"] > FLOOR["generation"] > FLOOR["sandbox"] > FLOOR["core"]
 
 
 # ---------------------------------------------------------------- no import circles

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import dsmath.lm_head as lm_head
+import dsmath.modeling.lm_head as lm_head
 from dsmath.config import Model
-from dsmath.lm_head import hidden_states, token_logprobs
-from dsmath.model import build_scratch
+from dsmath.modeling.lm_head import hidden_states, token_logprobs
+from dsmath.modeling.model import build_scratch
 
 
 class FakeTokenizer:

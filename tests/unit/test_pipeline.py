@@ -2,8 +2,9 @@
 
 import networkx as nx
 
-from dsmath import pipeline, tracking
 from dsmath.config import parse_params
+from dsmath.orchestration import pipeline
+from dsmath.runtime import tracking
 
 
 def test_stage_order_dependencies_first_deterministic():
@@ -54,7 +55,7 @@ def test_metric_names_are_made_mlflow_legal(tmp_path, monkeypatch):
 def test_stage_times_come_from_finished_child_runs_in_start_order():
     from types import SimpleNamespace as NS
 
-    from dsmath.pipeline import stage_time_table, stage_times
+    from dsmath.orchestration.pipeline import stage_time_table, stage_times
 
     runs = {"sft": NS(info=NS(start_time=5_000, end_time=65_000)),  # ms since the epoch, as MLflow stores them
             "base": NS(info=NS(start_time=1_000, end_time=4_000)),

@@ -13,8 +13,8 @@ import torch
 import torch.multiprocessing as mp
 import yaml
 
-from dsmath import distributed
-from dsmath.stage import run_stage
+from dsmath.runtime import distributed
+from dsmath.runtime.stage import run_stage
 
 
 def _params(tmp_path, **common) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dsmath import prompts
-from dsmath.tokenizer import train_tokenizer
+from dsmath.modeling import prompts
+from dsmath.modeling.tokenizer import train_tokenizer
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

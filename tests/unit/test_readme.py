@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dsmath import readme
 from dsmath.config import load_params, parse_params
+from dsmath.reporting import readme
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,8 @@ def test_committed_readme_block_equals_the_committed_metrics(monkeypatch):
     monkeypatch.chdir(ROOT)
     block = readme.results_block(load_params(ROOT / "params.yaml"))
     text = (ROOT / "README.md").read_text()
-    assert readme.replace_block(text, block) == text, "run `python -m dsmath.readme` after a default make repro"
+    assert readme.replace_block(text, block) == text, \
+        "run `python -m dsmath.reporting.readme` after a default make repro"
 
 
 def test_block_numbers_come_from_the_metrics_files(tmp_path, monkeypatch):

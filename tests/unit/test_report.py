@@ -7,7 +7,14 @@ import math
 import pytest
 
 from dsmath.evaluation.run import mean_metrics
-from dsmath.report import best_on_validation, columns, paired_over_seeds, sd, seed_rows, standard_error_of_delta
+from dsmath.reporting.paper import (
+    best_on_validation,
+    columns,
+    paired_over_seeds,
+    sd,
+    seed_rows,
+    standard_error_of_delta,
+)
 
 
 def test_paired_over_seeds_by_hand():

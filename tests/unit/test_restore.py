@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from dsmath.restore import restore_stage_outputs
+from dsmath.runtime.restore import restore_stage_outputs
 
 
 def _md5(b: bytes) -> str:

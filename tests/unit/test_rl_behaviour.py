@@ -29,14 +29,14 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from dsmath import prompts
 from dsmath.config import Rl
 from dsmath.config.rl import Ppo
 from dsmath.generation.logprobs import sequence_logprobs
 from dsmath.generation.rollout import tool_output_block
+from dsmath.modeling import prompts
+from dsmath.modeling.tokenizer import train_tokenizer
 from dsmath.rl.scoring import Scores
 from dsmath.rl.trainer import RLTrainer
-from dsmath.tokenizer import train_tokenizer
 
 MODES = ("cot", "tool")
 

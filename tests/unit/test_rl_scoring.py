@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from dsmath.generation.rollout import decode_completions, tool_output_block
+from dsmath.modeling.tokenizer import train_tokenizer
 from dsmath.rl import scoring
 from dsmath.rl.advantages import process_advantages
-from dsmath.tokenizer import train_tokenizer
 
 # a tool completion (docs/formats.md): reasoning, a program, the interpreter's output block, more reasoning
 BEFORE = "First, 3 × 4 = 12.\nLet me compute the rest with Python.\n```python\nprint('12 * 5 =', 12 * 5)\n```"

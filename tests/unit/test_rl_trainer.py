@@ -8,9 +8,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from dsmath.config import Rl
+from dsmath.modeling.tokenizer import train_tokenizer
 from dsmath.rl.scoring import Scores
 from dsmath.rl.trainer import RLTrainer
-from dsmath.tokenizer import train_tokenizer
 
 TEXTS = [f"What is {a} + {b}? {a} + {b} = {a + b}. The answer is \\boxed{{{a + b}}}." for a in range(30)
          for b in range(5)]
@@ -160,7 +160,7 @@ def test_bfloat16_training_recomputes_pi_old_with_the_training_forward(tok):
 
 
 def test_world_shard_splits_in_order_with_sizes_within_one():
-    from dsmath.distributed import World
+    from dsmath.runtime.distributed import World
 
     for n, size in [(16, 2), (7, 3), (2, 4), (0, 2)]:
         parts = [World(rank, size).shard(n) for rank in range(size)]

@@ -7,17 +7,10 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from dsmath.generation.engines import (
-    FastLlama,
-    HFDecoder,
-    RowNoise,
-    _nucleus,
-    fast_path_unsupported,
-    position_ids,
-    sample_next,
-)
+from dsmath.generation.engines import FastLlama, HFDecoder, fast_path_unsupported, position_ids
 from dsmath.generation.logprobs import sequence_logprobs
 from dsmath.generation.rollout import left_pad, sample
+from dsmath.generation.sampling import RowNoise, _nucleus, sample_next
 from tests.unit.tiny_lm import EOS, PAD, greedy, prompts_of, tiny_llama
 from tests.unit.tiny_lm import gpt2 as gpt2  # noqa: F401  (module fixture)
 from tests.unit.tiny_lm import model as model  # noqa: F401  (module fixture)

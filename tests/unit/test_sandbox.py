@@ -6,15 +6,8 @@ import time
 
 import pytest
 
-from dsmath.sandbox import (
-    RESULTS,
-    SETUP_FAILED,
-    ResultCache,
-    SandboxResult,
-    make_audit_hook,
-    run_python,
-    run_python_batch,
-)
+from dsmath.sandbox.pool import RESULTS, ResultCache, SandboxResult, run_python, run_python_batch
+from dsmath.sandbox.server import SETUP_FAILED, make_audit_hook
 
 LIMITS = {"timeout_s": 1.0, "memory_mb": 256, "max_output_bytes": 4096}
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from dsmath.core.errors import RefusedInput, StageError
 from dsmath.data.io import DataError
-from dsmath.errors import RefusedInput, StageError
-from dsmath.stage import run_stage
-from dsmath.tracking import TrackingUnavailable
+from dsmath.runtime.stage import run_stage
+from dsmath.runtime.tracking import TrackingUnavailable
 from dsmath.train.checkpoint import CorruptCheckpointError
 from dsmath.train.loop import DivergenceError
 

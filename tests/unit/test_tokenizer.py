@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dsmath import prompts
-from dsmath.tokenizer import chars_per_token, interleave, train_tokenizer
+from dsmath.modeling import prompts
+from dsmath.modeling.tokenizer import chars_per_token, interleave, train_tokenizer
 
 CODE = 'def total(boxes, per_box):\n    """Pencils."""\n    return boxes * per_box  # 3 * 12\n'
 MATH = (

@@ -16,8 +16,8 @@ import time
 import pytest
 from conftest import ROOT, smoke_params, subprocess_env, write_params
 
-from dsmath import tracking
 from dsmath.config import parse_params
+from dsmath.runtime import tracking
 
 
 def _closed_port() -> int:
@@ -89,7 +89,7 @@ def test_probe_accepts_any_http_answer():
 
 _HOLD = """
 import sys, time
-from dsmath import tracking
+from dsmath.runtime import tracking
 from dsmath.config import parse_params
 params = parse_params({"common": {"tracking": {"experiment": "t", "uri": sys.argv[1], "artifacts": sys.argv[2]}}})
 with tracking.stage_run("corpus", params) as run:

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import mlflow
 
-from dsmath import tracking
+from dsmath.runtime import tracking
 
 
 def test_experiment_is_marked_as_model_training(tmp_path, monkeypatch):

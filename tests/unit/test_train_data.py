@@ -62,7 +62,7 @@ def test_assign_modes_follows_the_mix_and_skips_zero_shares():
 
 
 def test_sft_examples_drop_too_long_examples():
-    from dsmath.tokenizer import train_tokenizer
+    from dsmath.modeling.tokenizer import train_tokenizer
 
     tok = train_tokenizer(["What is 1 + 1? 1 + 1 = 2. The answer is \\boxed{2}."] * 10, vocab_size=300)
     rec = {"question": "What is 1 + 1?", "cot": "1 + 1 = 2.\nThe answer is \\boxed{2}.", "pot": "print(2)", "tool": "x"}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dsmath.config import Loop, Model, Optim
-from dsmath.model import build_scratch
+from dsmath.modeling.model import build_scratch
 from dsmath.train import checkpoint
 from dsmath.train.data import causal_batch
 from dsmath.train.loop import batch_nll, build_optimizer, build_scheduler, make_accelerator, token_nll, train

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dsmath.config import Model
-from dsmath.model import (
+from dsmath.modeling.model import (
     build_scratch,
     load_dir,
     matmul_params,
@@ -18,7 +18,7 @@ from dsmath.model import (
     save_dir,
     train_flops_per_token,
 )
-from dsmath.tokenizer import train_tokenizer
+from dsmath.modeling.tokenizer import train_tokenizer
 
 CFG = Model(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64, tie_embeddings=True)
 
@@ -68,6 +68,6 @@ def test_save_dir_loads_with_auto_classes_and_is_byte_identical(tok, tmp_path):
 
 def test_resolve_path_finds_installed_packages_without_importing_them():
     assert resolve_path("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"
-    assert Path(resolve_path("pkg:dsmath")).joinpath("model.py").is_file()
+    assert Path(resolve_path("pkg:dsmath")).joinpath("modeling", "model.py").is_file()
     with pytest.raises(FileNotFoundError, match="no installed package 'not_a_package_xyz'"):
         resolve_path("pkg:not_a_package_xyz")

@@ -1,4 +1,4 @@
-"""Accuracy probe arithmetic (generation stubbed) and the stage-report helpers."""
+"""Accuracy probe arithmetic (generation stubbed) and the training-stage lifecycle helpers."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import csv
 
 import torch
 
-from dsmath import tracking
 from dsmath.config import Probe, Rewards, Sandbox
-from dsmath.train import probe, report
+from dsmath.runtime import tracking
+from dsmath.train import lifecycle, probe
 
 
 def test_probe_metrics_hand_computed(monkeypatch):
@@ -68,10 +68,10 @@ def test_write_curve_and_figure(tmp_path):
         {"step": 5, "loss": 2.5, "lr": 1e-3, "grad_norm": 1.25, "tokens_per_s": 1000.0},
         {"step": 10, "loss": 2.0, "lr": 5e-4, "grad_norm": 1.0, "tokens_per_s": 1100.0},
     ]
-    path = report.write_curve(history, tmp_path / "plots" / "x.csv")
+    path = lifecycle.write_curve(history, tmp_path / "plots" / "x.csv")
     rows = list(csv.DictReader(path.open()))
     assert [(r["step"], r["loss"]) for r in rows] == [("5", "2.5"), ("10", "2")]
-    fig = report.loss_figure(history, "x")
+    fig = lifecycle.loss_figure(history, "x")
     assert fig.axes[0].lines[0].get_ydata().tolist() == [2.5, 2.0]
 
 

@@ -10,7 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from dsmath.config.base import NonNegInt, PosInt, Section
 
 # ----------------------------------------------------------------------------------------------------------------
-# rewards and the sandbox that runs model-written programs (dsmath.rewards, dsmath.sandbox)
+# rewards and the sandbox that runs model-written programs (dsmath.rewards, dsmath.sandbox.pool)
 
 
 class Rewards(Section):

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from dsmath.errors import RefusedInput
+from dsmath.core.errors import RefusedInput
 
 # fields a reader needs: names, or {name: the Python type(s) its JSON value must have}
 Fields = Iterable[str] | Mapping[str, type | tuple[type, ...] | None]

@@ -15,11 +15,10 @@ from collections.abc import Callable, Sequence
 import torch
 from tqdm import tqdm
 
-from dsmath import prompts
-from dsmath.distributed import World, gather_lists
 from dsmath.evaluation.metrics import maj_at_k, mean_pass_at_k
 from dsmath.generation.rollout import ToolMode, decode_completions, sample
 from dsmath.generation.tools import sandbox_tool
+from dsmath.modeling import prompts
 from dsmath.rewards import (
     are_equivalent,
     build_reward,
@@ -29,6 +28,7 @@ from dsmath.rewards import (
     own_text,
     program_answer,
 )
+from dsmath.runtime.distributed import World, gather_lists
 
 
 def final_answers(texts: Sequence[str], mode: str, sandbox_cfg, last_number: bool = False) -> list[str | None]:
@@ -37,7 +37,7 @@ def final_answers(texts: Sequence[str], mode: str, sandbox_cfg, last_number: boo
     last number in that text, for base models that never learnt the answer line)."""
     if mode != "pot":
         return [extract_answer(own_text(t, mode), last_number_fallback=last_number) for t in texts]
-    from dsmath.sandbox import RESULTS, run_python_batch
+    from dsmath.sandbox.pool import RESULTS, run_python_batch
 
     programs = [(code_blocks(t) or [None])[-1] for t in texts]
     runnable = [i for i, p in enumerate(programs) if p is not None]

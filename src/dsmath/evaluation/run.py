@@ -15,12 +15,12 @@ import csv
 import json
 from pathlib import Path
 
-from dsmath import distributed
 from dsmath.config import seed_dir
 from dsmath.data.benchmarks import load_benchmark
 from dsmath.data.io import read_jsonl, require_records
 from dsmath.evaluation.evaluate import Generator, evaluate_model, evaluate_split
-from dsmath.model import load_dir
+from dsmath.modeling.model import load_dir
+from dsmath.runtime import distributed
 
 VAL_PREFIX = "val/"  # metrics of the validation split: `val/synthetic/tool/greedy`
 TIMING_SUFFIX = "_per_s"  # speed metrics (`greedy_problems_per_s`): kept out of the cached eval/ folders

@@ -8,7 +8,7 @@ graph kept (the reference and training forwards of RL).
 
 All three compute the same (N, T) values up to floating-point order, in the convention of
 :mod:`dsmath.generation.rollout` (``log_softmax(logits / temperature)`` over the full vocabulary), through the fused
-output head of :mod:`dsmath.lm_head` (the (N, T, V) logits are never held at once).
+output head of :mod:`dsmath.modeling.lm_head` (the (N, T, V) logits are never held at once).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 
 from dsmath.generation.engines import autocast, position_ids
 from dsmath.generation.rollout import unique_prompts
-from dsmath.lm_head import hidden_states, token_logprobs
+from dsmath.modeling.lm_head import hidden_states, token_logprobs
 
 
 def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_completion: int, *,

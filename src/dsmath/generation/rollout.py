@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from dsmath.generation.engines import RowNoise, make_engine, sample_next
+from dsmath.generation.engines import make_engine
+from dsmath.generation.sampling import RowNoise, sample_next
 
 CODE_OPEN, FENCE = "```python", "```"
 

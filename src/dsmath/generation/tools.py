@@ -8,8 +8,8 @@ from collections.abc import Callable
 def sandbox_tool(sandbox_cfg) -> Callable[[list[str]], list[str]]:
     """tool_fn for tool-integrated rollouts: run the programs in the sandbox; stdout, else the last error line.
     A program run before in this process (the G samples of a question often write the same one) is answered from
-    its first run (:class:`dsmath.sandbox.ResultCache`)."""
-    from dsmath.sandbox import RESULTS, run_python_batch
+    its first run (:class:`dsmath.sandbox.pool.ResultCache`)."""
+    from dsmath.sandbox.pool import RESULTS, run_python_batch
 
     def run(codes: list[str]) -> list[str]:
         results = run_python_batch(codes, sandbox_cfg.timeout_s, sandbox_cfg.memory_mb,

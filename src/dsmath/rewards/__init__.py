@@ -7,7 +7,7 @@
     build_reward(name, mode, rewards, sandbox)          registry: accuracy | format | combined  x  cot | pot | tool
     verify_steps(text, gold=None) -> list[StepResult]   per-step process rewards with character end positions
 
-Model-written programs run through :mod:`dsmath.sandbox`.
+Model-written programs run through :mod:`dsmath.sandbox.pool`.
 """
 
 from dsmath.rewards.equivalence import are_equivalent, is_equivalent

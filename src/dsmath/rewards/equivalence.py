@@ -23,9 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 
 from dsmath.config import Rewards
+from dsmath.core.workers import WorkerPool
 from dsmath.rewards.normalize import normalize_answer, parse_number
 from dsmath.rewards.numeric import evaluate_latex
-from dsmath.workers import WorkerPool
 
 MATHVERIFY_WORKERS = 2  # slow-path worker processes (~60-100 MB each with sympy); bounds parallel slow calls
 MAX_FAST_CHARS = 1000  # longer answers skip the regex fast path and go straight to the time-limited slow path

@@ -20,7 +20,7 @@ from functools import partial
 from dsmath.config import Rewards, Sandbox
 from dsmath.rewards.equivalence import are_equivalent
 from dsmath.rewards.extract import code_blocks, extract_answer, fenced_blocks, last_boxed, strip_output_blocks
-from dsmath.sandbox import RESULTS, run_python_batch
+from dsmath.sandbox.pool import RESULTS, run_python_batch
 
 RewardFn = Callable[[list[str], list[str]], list[float]]
 MODES = ("cot", "pot", "tool")
@@ -55,7 +55,7 @@ def program_answer(stdout: str) -> str | None:
 def pot_accuracy_reward(completions: list[str], golds: list[str], *, timeout_s: float, memory_mb: int,
                         max_output_bytes: int, workers: int, equivalence_timeout_s: float | None = None) -> list[float]:
     """(B,) 1.0 where the last ```python block runs cleanly in the sandbox and prints an answer equal to gold (a
-    program run before in this process is answered from its first run: :class:`dsmath.sandbox.ResultCache`)."""
+    program run before in this process is answered from its first run: :class:`dsmath.sandbox.pool.ResultCache`)."""
     _check_lengths(completions, golds)
     programs = [(code_blocks(c) or [None])[-1] for c in completions]
     runnable = [i for i, p in enumerate(programs) if p is not None]

@@ -1,6 +1,6 @@
 """Worker process for the slow path of answer equivalence: math-verify (LaTeX -> sympy) in a killable process.
 
-Run as a script by :mod:`dsmath.rewards.equivalence` through :class:`dsmath.workers.WorkerPool`. Protocol, JSON
+Run as a script by :mod:`dsmath.rewards.equivalence` through :class:`dsmath.core.workers.WorkerPool`. Protocol, JSON
 lines: prints ``{"ready": true}`` once, then answers each ``{"pred": str, "gold": str}`` with ``{"equal": bool}``.
 sympy can spend unbounded time inside one C call (``10^{10^{10}}`` evaluates a 4-GB integer), which neither signals
 nor thread exceptions interrupt; the caller kills this process at its deadline instead. The parsers see model text,

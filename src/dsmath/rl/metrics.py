@@ -6,12 +6,12 @@ import math
 
 import torch
 
-from dsmath.distributed import World
 from dsmath.rl.advantages import equal_reward_groups
 from dsmath.rl.batch import Batch
 from dsmath.rl.ranks import gather_rows
 from dsmath.rl.registry import KL_ESTIMATORS
 from dsmath.rl.scoring import Scores
+from dsmath.runtime.distributed import World
 
 
 def step_metrics(cfg, world: World, batch: Batch, sampled: Scores, ref_lp: torch.Tensor, keep: torch.Tensor,

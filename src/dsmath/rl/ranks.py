@@ -1,4 +1,5 @@
-"""The cross-rank bookkeeping of a data-parallel RL step (:mod:`dsmath.distributed`), kept out of the trainer so that
+"""The cross-rank bookkeeping of a data-parallel RL step (:mod:`dsmath.runtime.distributed`), kept out of the trainer so
+that
 :meth:`dsmath.rl.trainer.RLTrainer.update` reads as the objective. In one process every helper is the plain thing
 (one rank: its own counts, its own statistics).
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dsmath.distributed import World, all_sum, any_rank, gather_objects
+from dsmath.runtime.distributed import World, all_sum, any_rank, gather_objects
 
 
 @dataclass

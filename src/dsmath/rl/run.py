@@ -5,7 +5,7 @@ history) is saved every `rl.checkpoint_every` steps, atomically, with a fingerpr
 a rerun after kill -9 continues from it and ends with the same weights as an uninterrupted run.
 
 Under ``torchrun`` / ``accelerate launch`` every rank runs this; rank 0 alone writes the checkpoint, the model, the
-curve and MLflow (the others get a :class:`dsmath.tracking.NullRun`), and every rank resumes from the same file.
+curve and MLflow (the others get a :class:`dsmath.runtime.tracking.NullRun`), and every rank resumes from the same file.
 A checkpoint that does not load (zero-byte, truncated, garbled) is moved aside to ``state.pt.corrupt`` with a
 :class:`dsmath.train.checkpoint.CorruptCheckpointWarning` naming it, and the run starts afresh.
 
@@ -28,13 +28,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from dsmath import codedeps, distributed
 from dsmath.config import seed_dir
+from dsmath.core import codedeps
 from dsmath.data.io import read_jsonl
 from dsmath.generation.tools import sandbox_tool
-from dsmath.model import load_dir, save_dir
+from dsmath.modeling.model import load_dir, save_dir
 from dsmath.rl.scoring import Scorer
 from dsmath.rl.trainer import RLTrainer
+from dsmath.runtime import distributed
 from dsmath.train import checkpoint
 from dsmath.train.checkpoint import CorruptCheckpointError, CorruptCheckpointWarning, fingerprint
 from dsmath.train.loop import DivergenceError, check_weights

@@ -16,7 +16,8 @@ One step (``RLTrainer.step``):
    of every group is in the objective with denominators over all G outputs (eq. 3); ``skip_zero_advantage`` leaves
    rows with zero advantage out of the forward pass (a saving that drops their KL term, see ``update``).
 
-Across processes (``torchrun`` / ``accelerate launch``, see :mod:`dsmath.distributed`) the step is data-parallel:
+Across processes (``torchrun`` / ``accelerate launch``, see :mod:`dsmath.runtime.distributed`) the step is
+data-parallel:
 each rank samples and scores whole groups of the global batch (a group never straddles ranks; each row's sampling
 noise is keyed by its global index, so a rank samples exactly what one process would for those rows), the loss
 of every rank is normalised by the *global* denominators (the gradient average over ranks then equals the one-process
@@ -34,11 +35,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from dsmath import prompts
-from dsmath.distributed import World, all_sum, any_rank, average_gradients
 from dsmath.generation.engines import autocast, position_ids
 from dsmath.generation.logprobs import bucketed_logprobs, shared_prefix_logprobs
 from dsmath.generation.rollout import Rollout, ToolMode, decode_completions, sample
+from dsmath.modeling import prompts
 from dsmath.rl import ppo as ppo_math
 from dsmath.rl import ranks
 from dsmath.rl.advantages import Signals, equal_reward_groups, overlong_penalty
@@ -48,12 +48,13 @@ from dsmath.rl.losses import policy_loss
 from dsmath.rl.metrics import step_metrics
 from dsmath.rl.registry import ALGORITHMS
 from dsmath.rl.scoring import Scorer, Scores, step_rewards
+from dsmath.runtime.distributed import World, all_sum, any_rank, average_gradients
 
 
 class RLTrainer:
     """Policy, frozen reference, optional critic, optimiser and the deterministic prompt stream of one RL run.
 
-    world: this process's rank and device (:mod:`dsmath.distributed`); the models move to its device, and with
+    world: this process's rank and device (:mod:`dsmath.runtime.distributed`); the models move to its device, and with
     more than one rank the gradients of the policy (and critic) are averaged over ranks after each backward.
     dtype: the precision of sampling and of the training forwards (autocast; the weights and AdamW state stay
     float32); when it is not float32 the old log-probs are recomputed by the training forward, so the ratio compares

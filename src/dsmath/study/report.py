@@ -17,7 +17,7 @@ import json
 import shutil
 from pathlib import Path
 
-from dsmath.report import fmt, sd
+from dsmath.reporting.paper import fmt, sd
 from dsmath.study.spec import Study
 from dsmath.study.stats import COST_METRICS, finding_row, k_max, mean, metric_of, paired_difference
 

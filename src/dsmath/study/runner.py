@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from dsmath import tracking
 from dsmath.config import seed_dir
+from dsmath.runtime import tracking
 from dsmath.study.spec import Study, variant_params
 
 STATE = Path(".dvc/tmp/study")  # the saved workspace of a running study (its presence: a study is under way)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from dsmath.report import sd, standard_error_of_delta
+from dsmath.reporting.paper import sd, standard_error_of_delta
 from dsmath.study.spec import DEFAULT_EQUIVALENCE_MARGIN, Finding
 
 COST_METRICS = {"s_per_step": "s/step", "peak_rss_mb": "peak RSS (MB)", "trainer_state_mb": "trainer state (MB)"}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dsmath.model import param_count, train_flops_per_token
+from dsmath.modeling.model import param_count, train_flops_per_token
 from dsmath.train import data, evaluate, flops
 from dsmath.train.loop import LogFn, LoopState, train
 

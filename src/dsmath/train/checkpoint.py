@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dsmath.errors import StageError
+from dsmath.core.errors import StageError
 
 PREFIX = "step-"
 FINGERPRINT = "fingerprint.json"

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 
-from dsmath import prompts
+from dsmath.modeling import prompts
 
 IGNORE = -100  # label of a position that carries no loss
 

@@ -1,6 +1,6 @@
 """Model FLOPs utilisation: achieved training FLOP/s against a plain float32 matmul on the same machine.
 
-MFU = tokens/s * FLOPs/token / matmul FLOP/s, with FLOPs/token from :func:`dsmath.model.train_flops_per_token`
+MFU = tokens/s * FLOPs/token / matmul FLOP/s, with FLOPs/token from :func:`dsmath.modeling.model.train_flops_per_token`
 (PaLM's 6N + 12LHT) and the reference the best of a few timed ``(2048, 2048) @ (2048, 2048)`` float32 products.
 """
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from dsmath.errors import StageError
-from dsmath.lm_head import hidden_states, token_logprobs
+from dsmath.core.errors import StageError
+from dsmath.modeling.lm_head import hidden_states, token_logprobs
 from dsmath.train import checkpoint
 from dsmath.train.data import IGNORE, StepSchedule
 
@@ -89,10 +89,11 @@ class LoopState:
 
 def token_nll(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed next-token NLL and target count. hidden: (B, T, H) final hidden states (see
-    :func:`dsmath.lm_head.hidden_states`), weight: (V, H) the output head's; labels: (B, T), IGNORE where no loss.
+    :func:`dsmath.modeling.lm_head.hidden_states`), weight: (V, H) the output head's; labels: (B, T), IGNORE where no
+    loss.
 
     Position t predicts labels[t+1], so the last position and the first label are dropped; the head is computed on
-    the positions with a target only (:func:`dsmath.lm_head.token_logprobs`). Returns (sum, count).
+    the positions with a target only (:func:`dsmath.modeling.lm_head.token_logprobs`). Returns (sum, count).
     """
     targets = labels[:, 1:]
     keep = targets != IGNORE

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import torch
 
 from dsmath.config import Evaluate
-from dsmath.distributed import World
 from dsmath.evaluation.evaluate import Generator, evaluate_split
+from dsmath.runtime.distributed import World
 
 
 def _eval_cfg(probe) -> Evaluate:

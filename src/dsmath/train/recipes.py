@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsmath import codedeps
-from dsmath import model as models
+from dsmath.core import codedeps
 from dsmath.data.io import read_jsonl
+from dsmath.modeling import model as models
 from dsmath.train import causal, checkpoint
 from dsmath.train.loop import LogFn
 

@@ -1,8 +1,8 @@
 """Supervised fine-tuning on a mixture of CoT, PoT and tool-integrated solutions (DeepSeekMath sec. 3.1).
 
 Each training problem contributes one example in a style drawn with the params' mix ratio; the prompt is
-:func:`dsmath.prompts.format_prompt` and the loss covers the response (+ EOS) only. At the end: held-out loss on
-the val split, then a greedy / pass@k accuracy probe per solution mode on held-out validation problems
+:func:`dsmath.modeling.prompts.format_prompt` and the loss covers the response (+ EOS) only. At the end: held-out loss
+on the val split, then a greedy / pass@k accuracy probe per solution mode on held-out validation problems
 (:mod:`dsmath.train.probe`).
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsmath import distributed
-from dsmath import model as models
 from dsmath.data.io import read_jsonl
+from dsmath.modeling import model as models
+from dsmath.runtime import distributed
 from dsmath.train import causal, data, evaluate, probe, recipes
 from dsmath.train.loop import LogFn, train
 

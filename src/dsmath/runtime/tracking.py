@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from dsmath.errors import RefusedInput
+from dsmath.core.errors import RefusedInput
 
 PARENT_ENV = "DSMATH_PARENT_RUN_ID"
 PROCESS_TAG = "dsmath.process"  # where a stage run's process lives (host, boot, pid namespace, pid, start time)

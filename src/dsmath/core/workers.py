@@ -1,4 +1,4 @@
-"""Long-lived helper processes spoken to in JSON lines, pooled: the sandbox servers (`dsmath.sandbox`) and the
+"""Long-lived helper processes spoken to in JSON lines, pooled: the sandbox servers (`dsmath.sandbox.pool`) and the
 math-verify workers (`dsmath.rewards.equivalence`) both run on this, so that each call costs a pipe round trip instead
 of a Python start-up.
 """

@@ -6,7 +6,7 @@ world 1 and every collective below is the identity. The supervised stages averag
 accelerate's ``DistributedDataParallel``; the RL trainer calls :func:`average_gradients` after its backward (its
 forwards are several per backward). The rest moves the small things a data-parallel RL step and a sharded
 evaluation exchange: Python objects (texts, per-row scores) and scalars. :func:`launch` starts the local workers
-when params ask for ``common.processes`` > 1 (:func:`dsmath.stage.run_stage`).
+when params ask for ``common.processes`` > 1 (:func:`dsmath.runtime.stage.run_stage`).
 """
 
 from __future__ import annotations

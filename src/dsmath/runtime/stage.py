@@ -4,7 +4,7 @@ A stage module is ``def main(params) -> None`` plus ``if __name__ == "__main__":
 Invalid params end the process with exit code 2 and one line naming the key, before any output is touched; so do
 refused inputs (a raw data file's bad line, an empty benchmark params ask for, an unreachable MLflow server). Under
 `dvc repro`, which removes a stage's outputs before its command runs, the outputs of the last run are then put back
-(:mod:`dsmath.restore`).
+(:mod:`dsmath.runtime.restore`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dsmath.config import Params, ParamsError, load_params
-from dsmath.errors import StageError
+from dsmath.core.errors import StageError
 
 
 def seed_everything(seed: int) -> None:
@@ -58,7 +58,7 @@ def _restore_after_dvc() -> None:
     stage = os.environ.get("DVC_STAGE")
     if not stage:
         return
-    from dsmath.restore import restore_stage_outputs
+    from dsmath.runtime.restore import restore_stage_outputs
 
     restored, lost = restore_stage_outputs(stage, os.environ.get("DVC_ROOT", "."))
     if restored:
@@ -90,7 +90,7 @@ def run_stage(main: Callable[..., None], argv: list[str] | None = None, *, multi
         _restore_after_dvc()
         raise SystemExit(2) from None
     if multiprocess and params.common.processes > 1 and "WORLD_SIZE" not in os.environ:  # no launcher around it
-        from dsmath import distributed
+        from dsmath.runtime import distributed
 
         raise SystemExit(distributed.launch(params.common.processes, params.common.num_threads, relaunch))
     if params.common.num_threads:

@@ -3,7 +3,7 @@
 Splitting digits means ``1234`` is always ``1 2 3 4``: the model sees every number in the same positional
 notation instead of arbitrary multi-digit merges, which is what makes arithmetic learnable at small scale.
 The result is a :class:`transformers.PreTrainedTokenizerFast` with the special tokens and chat template of
-:mod:`dsmath.prompts`, saved with ``save_pretrained`` so ``AutoTokenizer.from_pretrained(dir)`` loads it.
+:mod:`dsmath.modeling.prompts`, saved with ``save_pretrained`` so ``AutoTokenizer.from_pretrained(dir)`` loads it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from itertools import zip_longest
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from dsmath import prompts
+from dsmath.modeling import prompts
 
 
 def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:

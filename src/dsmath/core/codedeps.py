@@ -19,14 +19,15 @@ from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parent  # src/dsmath
+SRC = Path(__file__).resolve().parent.parent  # src/dsmath
 ROOT = SRC.parent.parent  # the repository root (stages/ beside src/) in a source checkout
 PACKAGES = ("dsmath", "stages")  # the project's import roots; everything else is a library
 
 # project modules a stage imports that cannot change what it computes (each with the reason); every other imported
 # project file is a code dependency of the stage
 OUTPUT_NEUTRAL = {
-    "src/dsmath/tracking.py": "MLflow logging: what a run records (params, curves, tags, registry), not what it makes",
+    "src/dsmath/runtime/tracking.py":
+        "MLflow logging: what a run records (params, curves, tags, registry), not what it makes",
 }
 
 
@@ -198,7 +199,7 @@ def suggested_deps(stage: str, root: Path = ROOT) -> list[str]:
     return ["stages/__init__.py", f"stages/{stage}.py", *out]
 
 
-CODE_COMMENT = "# code: the import closure of stages/{stage}.py (`python -m dsmath.codedeps --write`)"
+CODE_COMMENT = "# code: the import closure of stages/{stage}.py (`python -m dsmath.core.codedeps --write`)"
 
 
 def rewrite_dvc_yaml(dvc_yaml: Path = ROOT / "dvc.yaml", root: Path = ROOT) -> str:

@@ -1,6 +1,6 @@
 """What a training stage leaves behind: loss-curve file for `dvc plots`, PNG and model in MLflow, metrics JSON.
 
-Only the main process talks to MLflow; under DDP the other processes get a :class:`dsmath.tracking.NullRun`.
+Only the main process talks to MLflow; under DDP the other processes get a :class:`dsmath.runtime.tracking.NullRun`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from dsmath import tracking
-from dsmath.stage import write_metrics
+from dsmath.runtime import tracking
+from dsmath.runtime.stage import write_metrics
 
 CURVE_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens_per_s")
 
@@ -77,7 +77,7 @@ def finish(accelerator, run, params, stage: str, outcome, model_dir: str | Path,
 
     A model with a non-finite weight is never saved: :class:`dsmath.train.loop.DivergenceError` instead (the loop
     stops a diverging run before this; this is the last guard)."""
-    from dsmath.model import save_dir
+    from dsmath.modeling.model import save_dir
     from dsmath.train.loop import DivergenceError, nonfinite_parameters
 
     if not accelerator.is_main_process:

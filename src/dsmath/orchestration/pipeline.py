@@ -1,8 +1,8 @@
 """Pipeline plumbing shared by `make repro` and the Prefect flow: the DVC stage graph, one stage run, the parent run.
 
 The DVC graph is the single source of the stage order (`dvc.repo.Repo(".").index.graph`); nothing here declares a
-dependency. `python -m dsmath.pipeline` is what `make repro` calls: it opens the MLflow parent run of this pipeline
-execution, passes its id to every stage through the environment, and runs `dvc repro`.
+dependency. `python -m dsmath.orchestration.pipeline` is what `make repro` calls: it opens the MLflow parent run of this
+pipeline execution, passes its id to every stage through the environment, and runs `dvc repro`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from dsmath import tracking
 from dsmath.config import load_params
+from dsmath.runtime import tracking
 
 
 def stage_graph(repo_root: str | os.PathLike = "."):

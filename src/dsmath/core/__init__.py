@@ -1,0 +1,1 @@
+"""The bottom floor: stdlib-only helpers every layer may use (errors, code closure, worker pools)."""

@@ -1,0 +1,1 @@
+"""The model, its fused LM head, the tokenizer and the prompt format."""

@@ -1,0 +1,1 @@
+"""The pipeline plumbing shared by `make repro` and the Prefect flow."""

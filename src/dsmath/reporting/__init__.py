@@ -1,0 +1,1 @@
+"""The paper-style report and the README results section generated from it."""
