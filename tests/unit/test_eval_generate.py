@@ -99,6 +99,9 @@ def test_generator_and_metrics_follow_the_forced_answers(share_prompts):
     assert metrics["greedy"] == 2 / 3
     assert metrics["format_error_rate"] == pytest.approx(1 / 3)  # "... \boxed{5} !!!" is not a well-formed answer line
     assert metrics["mean_length"] == len(answers["What is 40 + 2?"]) + 1
+    # the equations of the greedy completions: 40 + 2 = 42 and 20 - 3 = 17 hold, 2 + 2 = 5 does not
+    assert (metrics["equation_acc"], metrics["link_acc"], metrics["n_equations"]) == (2 / 3, 2 / 3, 3.0)
+    assert metrics["equations/add/2/acc"] == 1.0 and metrics["equations/add/1/acc"] == 0.0
     # sampling at temperature 1 follows the forced text too: both samples of each problem are its answer
     assert [r["sample_answers"] for r in rows] == [["42", "42"], ["17", "17"], ["5", "5"]]
     assert metrics["pass@1"] == metrics["pass@2"] == metrics["maj@2"] == 2 / 3

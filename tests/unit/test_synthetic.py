@@ -110,7 +110,9 @@ def test_extract_equation_finds_the_one_arithmetic_equation():
     assert extract_equation("Check: 7 * (4 + 3) + 3 = 52.") == ("7 * (4 + 3) + 3", "52")
     assert extract_equation("After spending $5: 38.5 - 5 = 33.5.") == ("38.5 - 5", "33.5")
     assert extract_equation("No equation on this line.") is None
-    assert extract_equation("1 + 1 = 2 = 2.") is None  # two equations: not one checkable step
+    assert extract_equation("1 + 1 = 2 = 2.") == ("1 + 1", "2")  # a chain: its first expression and result
+    assert extract_equation("Total: 47 + 36 = 40 + 30 + 7 + 6 = 70 + 13 = 83.") == ("47 + 36", "83")
+    assert extract_equation("Total: 47 + 36 = forty = 83.") is None  # a link that is not arithmetic
     assert extract_equation("So x = y.") is None
 
 
@@ -162,7 +164,7 @@ def test_split_is_a_function_of_the_key(splits):
 
 
 def test_exhausted_problem_space_raises_with_advice(monkeypatch):
-    def ten_problems(rng, family, level, max_number):  # a world with only 10 distinct problems
+    def ten_problems(rng, family, level, max_number, scratchpad=False):  # a world with only 10 distinct problems
         k = rng.randrange(10)
         return {"key": f"k{k}", "question": f"q{k}"}
 

@@ -81,6 +81,7 @@ class Synthetic(Section):
     n_val: PosInt = 500
     n_test: PosInt = 1000
     max_number: Annotated[int, Field(ge=10)] = 20
+    scratchpad: bool = True  # CoT writes multi-digit operations as place-value chains of one-digit facts
 
     @model_validator(mode="after")
     def _non_empty(self) -> Synthetic:
@@ -97,6 +98,16 @@ class Data(Section):
 
 # ----------------------------------------------------------------------------------------------------------------
 # corpus: code corpus for the base model, decontaminated math corpus for continual pretraining
+
+
+class Drills(Section):
+    """Arithmetic drill pages in the math corpus, in the CoT's own format (dsmath.data.synthetic.drills)."""
+
+    docs: NonNegInt = 2000  # 0 = none
+    lines_per_doc: PosInt = 40
+    one_digit_share: Prob = 0.3  # lines from the complete one-digit tables (and inverses)
+    max_operand: PosInt = 200  # the rest: whole-number operations with operands up to this (log-uniform)
+    max_divisor: PosInt = 20
 
 
 class Decontamination(Section):
@@ -141,5 +152,6 @@ class Corpus(Section):
     # your own math text, file names inside `common.paths.extra_math` (a DVC dependency of the corpus stage):
     # .jsonl with a `text` field per line, or plain text split on blank lines
     extra_math_files: list[str] = []
+    drills: Drills = Drills()
     decontamination: Decontamination = Decontamination()
     classifier: Classifier = Classifier()

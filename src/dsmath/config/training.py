@@ -121,7 +121,7 @@ class Probe(Section):
     modes: list[Literal["cot", "pot", "tool"]] = ["cot", "pot", "tool"]  # also reported as <mode>/...
     k: PosInt = 8
     temperature: PosFloat = 1.0
-    max_new_tokens: PosInt = 128
+    max_new_tokens: PosInt = 160
     max_tool_calls: PosInt = 2
     batch_size: PosInt = 256  # sequences per sampler call
 

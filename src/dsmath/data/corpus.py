@@ -5,8 +5,9 @@ classifier, decontaminated against the evaluation sets (sec. 2.1). Here, at lapt
 - code: Python source of the standard library, chosen by a stable hash of the path, read from a pinned snapshot in
   `data/raw/code/` (written once by `python -m dsmath.data.snapshot`), so every machine builds the same corpus
   whatever interpreter it has;
-- math: synthetic worked solutions (train split only), GSM8K *train* solutions, user-supplied math text files, and
-  standard-library docstrings that the math classifier recalls from a pool of non-curated text;
+- math: synthetic worked solutions (train split only), GSM8K *train* solutions, user-supplied math text files,
+  standard-library docstrings that the math classifier recalls from a pool of non-curated text, and arithmetic
+  drill pages in the CoT's format (`dsmath.data.synthetic.drills`: the facts a tiny model must see many times);
 - decontamination: word 10-grams / short exact matches against GSM8K test, MATH-500 and SVAMP; synthetic problems by
   identity (`key`) against the synthetic validation and test splits.
 """
@@ -29,6 +30,7 @@ from dsmath.data import classifier as clf
 from dsmath.data.benchmarks import load_benchmark
 from dsmath.data.decontam import build_index, decontaminate
 from dsmath.data.io import DataError, parse_jsonl, read_jsonl
+from dsmath.data.synthetic.drills import drill_documents
 
 _SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "turtledemo", "lib2to3", "ensurepip", "__pycache__"}
 _CALC_NOTE = re.compile(r"<<[^>]*>>")
@@ -192,7 +194,9 @@ def build_corpus(synthetic_docs: list[dict], heldout_keys: set[str], raw_dir: st
     report = train_math_classifier(seed_math, prose, cfg.classifier, seed)
     pool = docstring_pool(sorted(sources, key=lambda s: _stable_rank(s[0]))[: cfg.recall_pool_files])
     recalled = [d for d, keep in zip(pool, report.model.predict([d["text"] for d in pool]), strict=True) if keep]
-    math, metrics = build_math_corpus(seed_math + recalled, eval_sets, heldout_keys, cfg)
+    dr = cfg.drills
+    drills = drill_documents(dr.docs, dr.lines_per_doc, dr.one_digit_share, dr.max_operand, dr.max_divisor, seed)
+    math, metrics = build_math_corpus(seed_math + recalled + drills, eval_sets, heldout_keys, cfg)
     metrics |= report.metrics | {
         "code_docs": len(code),
         "code_chars": sum(len(d["text"]) for d in code),

@@ -1,6 +1,8 @@
 """Evaluate one model of the chain: greedy accuracy, maj@k, pass@k, format-error rate and output length, per
 dataset (synthetic test, GSM8K test, SVAMP, MATH-500) and per mode (CoT, PoT with the program run in the sandbox,
-tool-integrated), with the same fast sampler as RL. Per-sample predictions are kept for inspection.
+tool-integrated), with the same fast sampler as RL. Per-sample predictions are kept for inspection. In CoT mode
+the greedy completions' equations are also checked (:mod:`dsmath.evaluation.arithmetic`): ``equation_acc``,
+``link_acc``, their counts, and ``equations/<operator>/<digits>/{acc,n}`` per category.
 
 Across processes (``torchrun`` / ``accelerate launch``) each rank decodes a contiguous shard of every batch of
 questions and the completions are gathered in order, so every rank scores the whole set (the metrics are the
@@ -15,6 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 from tqdm import tqdm
 
+from dsmath.evaluation.arithmetic import equation_table, table_metrics
 from dsmath.evaluation.metrics import maj_at_k, mean_pass_at_k
 from dsmath.generation.rollout import ToolMode, decode_completions, sample
 from dsmath.generation.tools import sandbox_tool
@@ -93,7 +96,8 @@ class Generator:
 
 def evaluate_split(gen: Generator, records: Sequence[dict], mode: str, cfg, sandbox_cfg, rewards_cfg,
                    sampled: bool) -> tuple[dict[str, float], list[dict]]:
-    """Metrics of one (dataset, mode) and the per-problem prediction rows."""
+    """Metrics of one (dataset, mode) and the per-problem prediction rows; in cot mode with the arithmetic of the
+    greedy completions' equations (:func:`dsmath.evaluation.arithmetic.table_metrics`)."""
     questions, golds = [r["question"] for r in records], [r["answer"] for r in records]
     t0 = time.perf_counter()
     greedy, lengths = gen(questions, mode, 0.0)
@@ -107,6 +111,8 @@ def evaluate_split(gen: Generator, records: Sequence[dict], mode: str, cfg, sand
         "greedy_problems_per_s": len(records) / max(time.perf_counter() - t0, 1e-9),
         "n": float(len(records)),
     }
+    if mode == "cot":  # every rank holds every completion: the (cheap) check runs on each
+        metrics |= table_metrics(equation_table(greedy))
     rows = [{"id": r["id"], "mode": mode, "question": r["question"], "gold": g, "greedy": c, "greedy_answer": a,
              "greedy_correct": ok} for r, g, c, a, ok in zip(records, golds, greedy, greedy_answers, greedy_ok,
                                                              strict=True)]

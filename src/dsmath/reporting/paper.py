@@ -1,6 +1,7 @@
 """The paper-style report: a table of every model of the chain on every dataset (greedy, maj@k, pass@k), the
 pass@k / maj@k vs k curves of SFT and RL (DeepSeekMath Fig. 7), the RL reward and KL curves, and the SFT -> RL deltas
-over the RL seeds: mean and sd across seeds next to the paired standard error over problems.
+over the RL seeds: mean and sd across seeds next to the paired standard error over problems, and the arithmetic of
+the chain-of-thought completions: the share of written equations that are true, by operator and digit count.
 
 Every number in `reports/report.md` is read from `metrics/eval/<model>.json` (the same files `dvc metrics show`
 reads and the evaluate stages logged to MLflow; for rl the mean over seeds), the per-seed
@@ -12,11 +13,17 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 from dsmath.config import seed_dir
 
 CHAIN_LABELS = {"base": "code base", "pretrain": "+ math pretraining", "sft": "+ SFT (instruct)", "rl": "+ GRPO (RL)"}
+# the per-equation arithmetic keys the evaluation writes in cot mode (dsmath.evaluation.arithmetic.table_metrics):
+# <dataset>/cot/{equation_acc,n_equations,link_acc,n_links} and <dataset>/cot/equations/<operator>/<digits>/{acc,n}
+EQUATION_OPERATORS = ("add", "sub", "mul", "div", "mixed", "fraction", "decimal")
+EQUATION_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+EQUATION_DIGITS = ("1", "2", "3plus")
 
 
 def load_eval_metrics(metrics_dir: str | Path, models: list[str]) -> dict[str, dict[str, float]]:
@@ -235,6 +242,74 @@ def empty_figure(text: str):
     return fig
 
 
+def _pooled(runs: list[dict[str, float]], acc_key: str, n_key: str) -> tuple[float, float | None]:
+    """(summed count, count-weighted accuracy) of one measure over runs; accuracy None when the count is 0."""
+    n = sum(m.get(n_key, 0.0) for m in runs)
+    hits = sum(m[acc_key] * m[n_key] for m in runs if acc_key in m and n_key in m)
+    return n, (hits / n if n else None)
+
+
+def equation_summary(runs: list[dict[str, float]], prefix: str = "synthetic/cot/") -> dict | None:
+    """One model's per-equation arithmetic from its metrics (`runs`: one dict, or one per RL seed, pooled: counts
+    summed, accuracies weighted by their counts): ``{"n_equations", "equation_acc", "n_links", "link_acc",
+    "cells": {(operator, digits): (n, acc)}}`` in table order. None when no run has the keys (an evaluation
+    written before they existed, or without cot)."""
+    runs = [m for m in runs if f"{prefix}n_equations" in m]
+    if not runs:
+        return None
+    out: dict = {}
+    for name in ("equation", "link"):
+        short = "equations" if name == "equation" else "links"
+        out[f"n_{short}"], out[f"{name}_acc"] = _pooled(runs, f"{prefix}{name}_acc", f"{prefix}n_{short}")
+    pattern = re.compile(rf"{re.escape(prefix)}equations/([^/]+)/([^/]+)/n")
+    found = {match.groups() for m in runs for k in m if (match := pattern.fullmatch(k))}
+    out["cells"] = {(op, d): _pooled(runs, f"{prefix}equations/{op}/{d}/acc", f"{prefix}equations/{op}/{d}/n")
+                    for op, d in sorted(found, key=_cell_order)}
+    return out
+
+
+def _cell_order(cell: tuple[str, str]) -> tuple:
+    """Table order of (operator, digits): the known operators and digit buckets first, in their order."""
+    op, digits = cell
+    return (EQUATION_OPERATORS.index(op) if op in EQUATION_OPERATORS else len(EQUATION_OPERATORS),
+            EQUATION_DIGITS.index(digits) if digits in EQUATION_DIGITS else len(EQUATION_DIGITS), cell)
+
+
+def arithmetic_section(summaries: dict[str, dict | None], n_seeds: int = 0) -> list[str]:
+    """The report's "Arithmetic in chain of thought" section: per category (operator, digits) and model, the
+    number of equations and the percent whose written result is true, then all equations and all `=` links."""
+    lines = ["## Arithmetic in chain of thought", ""]
+    have = {m: t for m, t in summaries.items() if t is not None}
+    if not have:
+        return lines + ["Not measured: the evaluation files hold no per-equation arithmetic (written before it was "
+                        "recorded, or no cot evaluation); rerun the evaluate stages.", ""]
+    pooled = f" The rl columns pool its {n_seeds} seeds (counts summed)." if "rl" in have and n_seeds > 1 else ""
+    lines += ["Every chain `a op b = ... = r` on a line of the greedy chain-of-thought completions of the synthetic "
+              "test problems is one equation, true when its last written value equals the exact value of its first "
+              "expression (exact fractions; a rounded decimal counts); each `=` of the chain (the place-value "
+              "scratchpad's included) is one link. The category is the first expression's: its operator when it is "
+              "one operation on two numbers, `mixed` for several, `fraction` / `decimal` when an operand is written "
+              "`a/b` / with a decimal point; digits: the largest operand's digit count. n: equations; acc: percent "
+              f"true.{pooled}", ""]
+    models = list(have)
+    lines += ["| operator | digits | " + " | ".join(f"{m} n | {m} acc" for m in models) + " |",
+              "|---|---|" + "---:|---:|" * len(models)]
+    cells = {c: None for t in have.values() for c in t["cells"]}
+
+    def pair(n: float, acc: float | None) -> str:
+        return f"{int(n)} | {fmt(acc)}" if n else "0 | -"
+
+    for op, digits in sorted(cells, key=_cell_order):
+        values = [pair(*have[m]["cells"].get((op, digits), (0.0, None))) for m in models]
+        lines.append(f"| `{EQUATION_SYMBOLS.get(op, op)}` | {digits.replace('plus', '+')} | " + " | ".join(values)
+                     + " |")
+    lines.append("| all equations | | " + " | ".join(pair(have[m]["n_equations"], have[m]["equation_acc"])
+                                                      for m in models) + " |")
+    lines.append("| all `=` links | | " + " | ".join(pair(have[m]["n_links"], have[m]["link_acc"])
+                                                      for m in models) + " |")
+    return lines + [""]
+
+
 def build_report(params, out_dir: str | Path) -> dict:
     """Write report.md and its figures into `out_dir`; returns the figures' paths and the headline numbers."""
     paths, ev = params.common.paths, params.evaluate
@@ -263,20 +338,23 @@ def build_report(params, out_dir: str | Path) -> dict:
     k_fig.savefig(figures["k_curves"], dpi=110)
     rl_fig = plot_rl_curves(rl_rows) if any(rl_rows.values()) else empty_figure("no RL curves")
     rl_fig.savefig(figures["rl_curves"], dpi=110)
-    text = render(metrics, cols, delta_rows, paired, per_seed, figures, params, f"{dataset} {mode}")
+    arithmetic = {m: equation_summary(list(runs.values()) if m == "rl" and runs else [v]) for m, v in metrics.items()}
+    text = render(metrics, cols, delta_rows, paired, per_seed, figures, params, f"{dataset} {mode}", arithmetic)
     (out / "report.md").write_text(text)
     return {"figures": {k: str(v) for k, v in figures.items()}, "columns": cols, "metrics": metrics,
             "sft_rl_paired_se": paired["paired_se"], "sft_rl_gain": paired["gain"],
             "sft_rl_gain_sd_seeds": paired["sd_seeds"], "seeds": per_seed, "primary_metric": primary,
             "primary": {m: v.get(primary) for m, v in metrics.items()},
-            "champion_candidate": best_on_validation(per_seed)}
+            "champion_candidate": best_on_validation(per_seed),
+            "arithmetic": {m: {k: v for k, v in t.items() if k != "cells"} for m, t in arithmetic.items() if t}}
 
 
 def _signed(x: float | None) -> str:
     return "-" if x is None or x != x else f"{100 * x:+.1f}"
 
 
-def render(metrics, cols, delta_rows, paired, per_seed, figures, params, primary: str) -> str:
+def render(metrics, cols, delta_rows, paired, per_seed, figures, params, primary: str,
+           arithmetic: dict[str, dict | None] | None = None) -> str:
     n_seeds = len(per_seed)
     lines = [
         "# dsmath report",
@@ -313,6 +391,7 @@ def render(metrics, cols, delta_rows, paired, per_seed, figures, params, primary
         lines += [f"| {r['run']} | {fmt(r['val'])} | {fmt(r['test'])} | {_signed(r['gain'])} | "
                   f"{fmt(r['paired_se'])} |" for r in per_seed]
         lines.append("")
+    lines += arithmetic_section(arithmetic or {}, n_seeds)
     for key, title in (("k_curves", "pass@k and maj@k against k (paper Fig. 7)"), ("rl_curves", "RL curves")):
         if key in figures:
             lines += [f"## {title}", "", f"![{title}]({Path(figures[key]).name})", ""]

@@ -5,7 +5,12 @@
     is_equivalent(pred, gold) -> bool                   fast normalised/numeric compare, then math-verify (time-limited)
     accuracy_reward, format_reward, pot_accuracy_reward (completions (B,), golds (B,)) -> (B,)
     build_reward(name, mode, rewards, sandbox)          registry: accuracy | format | combined  x  cot | pot | tool
-    verify_steps(text, gold=None) -> list[StepResult]   per-step process rewards with character end positions
+    reference_quantities(problem) -> list[str]          the values a right solution computes (+ gold); [] if unknown
+    gsm8k_quantities(solution) -> list[str]             the results of GSM8K's <<expr=result>> annotations
+    solution_steps(text, quantities, mode, outcome)     per-step process rewards judged against the solution's values,
+                                                        ending with the terminal (outcome) step; character positions
+    terminal_reward(accuracy, format, aw, fw) -> float  the terminal step's reward: +-aw (right) +- fw (well formed)
+    verify_steps(text, gold=None) -> list[StepResult]   truth-only per-line checks, the answer line against gold
 
 Model-written programs run through :mod:`dsmath.sandbox.pool`.
 """
@@ -25,12 +30,16 @@ from dsmath.rewards.functions import (
     program_answer,
 )
 from dsmath.rewards.normalize import normalize_answer, parse_number
+from dsmath.rewards.solution import QuantityPool, canonical_number, gsm8k_quantities, reference_quantities
 from dsmath.rewards.steps import (
     NEUTRAL_STEP_REWARD,
     RIGHT_STEP_REWARD,
     WRONG_STEP_REWARD,
     StepResult,
     check_step,
+    program_assignments,
+    solution_steps,
+    terminal_reward,
     token_ends,
     verify_steps,
 )
@@ -38,6 +47,7 @@ from dsmath.rewards.steps import (
 __all__ = [
     "MODES",
     "NEUTRAL_STEP_REWARD",
+    "QuantityPool",
     "REWARDS",
     "RIGHT_STEP_REWARD",
     "RewardFn",
@@ -46,12 +56,14 @@ __all__ = [
     "accuracy_reward",
     "are_equivalent",
     "build_reward",
+    "canonical_number",
     "check_step",
     "code_blocks",
     "combined_reward",
     "extract_answer",
     "fenced_blocks",
     "format_reward",
+    "gsm8k_quantities",
     "is_equivalent",
     "last_boxed",
     "normalize_answer",
@@ -59,7 +71,11 @@ __all__ = [
     "parse_number",
     "pot_accuracy_reward",
     "program_answer",
+    "program_assignments",
+    "reference_quantities",
+    "solution_steps",
     "strip_output_blocks",
+    "terminal_reward",
     "token_ends",
     "verify_steps",
 ]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from dsmath.generation.rollout import Rollout, concat_rollouts
+from dsmath.rewards import reference_quantities
 from dsmath.rl.advantages import equal_reward_groups
 from dsmath.rl.scoring import Scores
 
@@ -20,6 +21,13 @@ class Batch:
     rollout: Rollout  # (N = B*G rows)
     golds: list[str]  # (N,)
     scores: Scores  # (N,)
+
+    def quantities(self) -> list[list[str]]:
+        """(N,) each row's reference quantities (`dsmath.rewards.reference_quantities` of its question, row r of
+        question r // G), for process rewards judged against the solution."""
+        g = len(self.golds) // max(len(self.problems), 1)
+        per_problem = [reference_quantities(p) for p in self.problems]
+        return [q for q in per_problem for _ in range(g)]
 
     def select_groups(self, groups: Sequence[int], g: int) -> Batch:
         rows = [i * g + j for i in groups for j in range(g)]

@@ -1,19 +1,34 @@
 """From a rollout to what the policy update needs: decoded completions, rule-based rewards, per-step rewards.
 
 Rewards come from the reward layer (`dsmath.rewards`): a scalar per output for outcome supervision, and, for process
-supervision (DeepSeekMath sec. 4.1.3), one reward per reasoning step placed at the step's last token. In tool mode
-the steps are the model's own lines: those of the interpreter's ```output blocks (loss_mask 0) get no reward.
+supervision (DeepSeekMath sec. 4.1.3), one reward per reasoning step placed at the step's last token
+(`step_rewards`). The steps and their judgement are `dsmath.rewards.steps.solution_steps`': prose lines whose
+equations hold and compute a value of the reference solution +1, false or irrelevant ones -1; in pot / tool mode
+also the program's computed assignments, evaluated statically; and a terminal step on the output's last policy token
+carrying the outcome (+-accuracy_weight +- format_weight from the Scorer's accuracy and format), so that stopping
+early never pays. In tool mode the steps are the model's own lines: those of the interpreter's ```output blocks
+(loss_mask 0) get no reward.
 """
 
 from __future__ import annotations
 
 import codecs
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import torch
 
-from dsmath.rewards import build_reward, combined_reward, token_ends, verify_steps
+from dsmath.config import Rewards
+from dsmath.rewards import (
+    StepResult,
+    build_reward,
+    combined_reward,
+    solution_steps,
+    terminal_reward,
+    token_ends,
+    verify_steps,
+)
 
 
 @dataclass
@@ -144,42 +159,71 @@ def _last_policy_token(spans: list[tuple[int, int]], policy: list[bool], last: i
 
 
 def _row_steps(tokenizer, ids: torch.Tensor, mask: torch.Tensor, policy: torch.Tensor,
-               gold: str) -> tuple[list[float], list[int]]:
+               judge: Callable[[str], list[StepResult]]) -> tuple[list[float], list[int]]:
     """One output's checked steps written by the policy: rewards (S,) and completion positions (S,) of their ends.
 
-    ids, mask, policy: (T,); the text is decoded over `mask`, a step's end is its last token where `policy` is set.
+    ids, mask, policy: (T,); the text is decoded over `mask`, a step's end is its last token where `policy` is set;
+    `judge` turns the text into steps. The terminal step ends on the output's last policy token (EOS when it
+    finished); an output without policy tokens has no steps.
     """
     positions = mask.bool().nonzero().squeeze(-1).tolist()
     text, spans = token_spans(tokenizer, ids[positions].tolist())
     chosen = policy.bool()[positions].tolist()
-    steps = [s for s in verify_steps(text, gold) if s.checked]  # unchecked steps carry no process signal
+    steps = [s for s in judge(text) if s.checked]  # unchecked steps carry no process signal
+    lines = [s for s in steps if s.kind != "terminal"]
     rewards, ends = [], []
-    for step, last in zip(steps, token_ends([s.char_end for s in steps], spans), strict=True):
+    for step, last in zip(lines, token_ends([s.char_end for s in lines], spans), strict=True):
         k = _last_policy_token(spans, chosen, last, step.char_start)
         if k is not None:  # None: the step lies in an interpreter output block, not the model's reasoning
             rewards.append(step.reward)
             ends.append(positions[k])
+    last_chosen = [positions[k] for k, c in enumerate(chosen) if c]
+    for step in steps:
+        if step.kind == "terminal" and last_chosen:
+            rewards.append(step.reward)
+            ends.append(last_chosen[-1])
     return rewards, ends
 
 
 def step_rewards(tokenizer, completion_ids: torch.Tensor, completion_mask: torch.Tensor, golds: list[str],
-                 loss_mask: torch.Tensor | None = None):
+                 loss_mask: torch.Tensor | None = None, *, quantities: list[list[str]] | None = None,
+                 scores: Scores | None = None, mode: str = "cot", weights: tuple[float, float] | None = None):
     """Process rewards of each output's reasoning steps, placed at the steps' last tokens.
 
     completion_ids, completion_mask: (N, T) as in `Rollout`; the steps are read from the text decoded over
     completion_mask (tool output included, so lines keep their shape). loss_mask: (N, T) 1 on the tokens the policy
     chose (None: all of completion_mask); a step with no such token (a line of a tool's ```output block) is dropped,
-    and a step ends on its last policy token. golds: (N,) answers the answer line is checked against.
+    and a step ends on its last policy token.
+
+    With `scores` (the Scorer's accuracy and format of each output, (N,)): the steps of `dsmath.rewards.steps.
+    solution_steps` in `mode` (cot | pot | tool), judged against each row's reference quantities (`quantities`, (N,)
+    lists; None: none known, truth-only), and a terminal step on each output's last policy token rewarded
+    ``terminal_reward(accuracy, format, *weights)`` (weights: params rewards.accuracy_weight and format_weight; None:
+    their defaults). Without `scores`: the truth-only `verify_steps`, the answer line checked against `golds` (N,)
+    and no terminal step (quantities must then be None).
 
     Returns (rewards (N, S) float, ends (N, S) long completion positions in 0..T-1 of each step's last token,
-    step_mask (N, S) bool, which steps exist), S = most checked steps in any output (at least 1). Steps are lines;
-    only checkable ones count (an equation scores +1 right, -1 wrong; see `dsmath.rewards.steps`).
+    step_mask (N, S) bool, which steps exist), S = most checked steps in any output (at least 1).
     """
+    n = len(completion_ids)
+    if scores is None:
+        if quantities is not None:
+            raise ValueError("step_rewards: quantities need scores (the terminal step's accuracy and format)")
+        judges = [partial(verify_steps, gold=gold) for gold in golds]
+    else:
+        aw, fw = weights if weights is not None else (Rewards().accuracy_weight, Rewards().format_weight)
+        quantities = quantities if quantities is not None else [[] for _ in range(n)]
+        if not len(quantities) == len(scores.accuracy) == len(scores.format) == n:
+            raise ValueError(f"step_rewards: {n} outputs but {len(quantities)} quantity lists and "
+                             f"{len(scores.accuracy)} scores")
+        outcomes = [terminal_reward(float(a), float(f), aw, fw)
+                    for a, f in zip(scores.accuracy.tolist(), scores.format.tolist(), strict=True)]
+        judges = [partial(solution_steps, quantities=q, mode=mode, outcome=o)
+                  for q, o in zip(quantities, outcomes, strict=True)]
     policy = (completion_mask if loss_mask is None else loss_mask).cpu()
-    rows = [_row_steps(tokenizer, ids, m, p, gold)
-            for ids, m, p, gold in zip(completion_ids.cpu(), completion_mask.cpu(), policy, golds, strict=True)]
+    rows = [_row_steps(tokenizer, ids, m, p, judge)
+            for ids, m, p, judge in zip(completion_ids.cpu(), completion_mask.cpu(), policy, judges, strict=True)]
     s = max([len(r) for r, _ in rows] + [1])
-    n = len(rows)
     rewards, ends, step_mask = torch.zeros(n, s), torch.zeros(n, s, dtype=torch.long), torch.zeros(n, s, dtype=bool)
     for i, (r, e) in enumerate(rows):
         rewards[i, : len(r)] = torch.tensor(r, dtype=torch.float32)

@@ -145,7 +145,9 @@ class RLTrainer:
 
         return Signals(sc.rewards, sc.accuracy, ro.loss_mask, ro.logprobs, ref_lp,
                        steps_of=lambda: step_rewards(self.tok, ro.completion_ids, ro.completion_mask, batch.golds,
-                                                     loss_mask=ro.loss_mask),
+                                                     loss_mask=ro.loss_mask, quantities=batch.quantities(),
+                                                     scores=sc, mode=self.cfg.mode,
+                                                     weights=getattr(self.scorer, "weights", None)),
                        values_of=values if self.critic is not None else None, all_sum=ranks.summer(self.world))
 
     def collect(self) -> tuple[Batch, Scores, tuple[float, float]]:

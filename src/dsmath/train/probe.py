@@ -4,7 +4,10 @@ It is the evaluation stage's machinery on a small scale (:mod:`dsmath.evaluation
 programs and tool calls run in the sandbox, answers checked by :mod:`dsmath.rewards`), so the probe's numbers and
 ``evaluate@sft``'s agree on the same problems. ``probe.mode`` is decoded greedily and sampled k times per problem
 (headline keys ``greedy_acc``, ``pass_at_<k>``, ``sample_acc``, and ``<mode>/pass@k``, ``<mode>/maj@k``); every
-other mode in ``probe.modes`` greedily only (``<mode>/greedy``, format-error rate, length).
+other mode in ``probe.modes`` greedily only (``<mode>/greedy``, format-error rate, length). In cot mode the greedy
+completions' arithmetic comes too (:mod:`dsmath.evaluation.arithmetic`): ``cot/equation_acc`` (share of written
+equations whose result is true), ``cot/link_acc`` (share of true ``=`` links), ``cot/n_equations``, ``cot/n_links``;
+the per-category breakdown is the evaluate stage's, left out here.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from dsmath.config import Evaluate
+from dsmath.evaluation.arithmetic import KEY_PREFIX
 from dsmath.evaluation.evaluate import Generator, evaluate_split
 from dsmath.runtime.distributed import World
 
@@ -40,7 +44,7 @@ def accuracy_probe(model, tokenizer, records: Sequence[dict], probe, sandbox_cfg
     rows: list[dict] = []
     for mode in dict.fromkeys([probe.mode, *probe.modes]):  # headline first, each mode once
         m, r = evaluate_split(gen, records, mode, cfg, sandbox_cfg, rewards_cfg, sampled=mode == probe.mode)
-        metrics |= {f"{mode}/{k}": v for k, v in m.items() if k != "n"}
+        metrics |= {f"{mode}/{k}": v for k, v in m.items() if k != "n" and not k.startswith(f"{KEY_PREFIX}/")}
         if mode == probe.mode:
             rows = [{"mode": mode, "question": x["question"], "gold": x["gold"], "greedy": x["greedy"],
                      "correct": x["greedy_correct"]} for x in r]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple
 
+from dsmath.data.synthetic.scratch import place_value_chain
 from dsmath.data.synthetic.words import PEOPLE, Person
 
 ADD, MUL, ATOM = 1, 2, 3  # operator precedence of a rendered expression (ATOM: never needs parentheses)
@@ -72,6 +73,8 @@ class E:
     cot_prec: int = ATOM
     code_prec: int = ATOM
     frac: bool = False
+    op: str = ""  # the last operation of a computed value ("" for a number) ...
+    kids: tuple[E, ...] = ()  # ... and its two operands: the tree a CoT step reduces one operation at a time
 
     def __str__(self) -> str:
         return self.cot
@@ -113,18 +116,57 @@ def _binop(a: E, op: str, b: E) -> E:
     frac, code_op = a.frac or b.frac, op
     if op == "/" and not frac:
         if value.denominator != 1:  # int / int that is not whole: build the Fraction explicitly
-            return E(value, cot, f"Fraction({a.pot}, {b.pot})", f"Fraction({a.tool}, {b.tool})", prec, ATOM, True)
+            return E(value, cot, f"Fraction({a.pot}, {b.pot})", f"Fraction({a.tool}, {b.tool})", prec, ATOM, True,
+                     op, (a, b))
         code_op = "//"  # exact integer division keeps the program in ints (`/` would print 9.0)
     pot = _join(a.pot, a.code_prec, code_op, b.pot, b.code_prec)
     tool = _join(a.tool, a.code_prec, code_op, b.tool, b.code_prec)
-    return E(value, cot, pot, tool, prec, prec, frac)
+    return E(value, cot, pot, tool, prec, prec, frac, op, (a, b))
+
+
+def _shown(value: Fraction, style: str) -> E:
+    """A computed value as the CoT writes it after reducing an operation (a fraction binds like a division)."""
+    text = fmt_number(value, style)
+    return E(value, text, text, text, MUL if "/" in text else ATOM)
+
+
+def _reduce_once(e: E, style: str) -> E:
+    """`e` with its leftmost innermost operation (both operands numbers) replaced by its value."""
+    a, b = e.kids
+    if not a.op and not b.op:
+        return _shown(e.value, style)
+    if a.op:
+        a = _reduce_once(a, style)
+    else:
+        b = _reduce_once(b, style)
+    prec = MUL if e.op in "*/" else ADD
+    return E(e.value, _join(a.cot, a.cot_prec, e.op, b.cot, b.cot_prec), "", "", prec, op=e.op, kids=(a, b))
+
+
+def working(expr: E, style: str) -> list[str]:
+    """The CoT expressions between `expr` and its value: a compound expression reduced one operation at a time,
+    then the last operation's place-value scratchpad (`dsmath.data.synthetic.scratch`) when its operands are whole.
+
+    >>> a, b, c = (E(Fraction(n), str(n), "", "") for n in (9, 2, 1))
+    >>> working(a * b + c, "int")
+    ['18 + 1', '10 + 8 + 1', '10 + 9']
+    """
+    out, e = [], expr
+    while e.op and any(k.op for k in e.kids):
+        e = _reduce_once(e, style)
+        out.append(e.cot)
+    if e.op and all(k.value.denominator == 1 for k in e.kids) and e.value.denominator == 1:
+        a, b = (int(k.value) for k in e.kids)
+        out += place_value_chain(a, e.op, b)
+    return out
 
 
 class Ctx:
     """Accumulates one problem: question sentences, steps, program inputs, key numbers."""
 
-    def __init__(self, rng: random.Random, max_number: int, template: str, style: str = "int"):
-        self.rng, self.max_number, self.style = rng, max_number, style
+    def __init__(self, rng: random.Random, max_number: int, template: str, style: str = "int",
+                 scratchpad: bool = False):
+        self.rng, self.max_number, self.style, self.scratchpad = rng, max_number, style, scratchpad
         self.cap = max(max_number**2, 1000)  # bound on intermediate results
         self.tags = [template]
         self.sentences: list[str] = []
@@ -133,6 +175,7 @@ class Ctx:
         self.pot: list[str] = []
         self.tool: list[str] = []
         self.key_numbers: list[str] = []
+        self.quantities: list[str] = []  # the value of every step, in order (process supervision's reference)
         self.steps = 0
         self._names: set[str] = set()
         self._people: list[str] = []
@@ -163,14 +206,16 @@ class Ctx:
 
     def mark(self) -> tuple:
         """A snapshot to :meth:`rollback` to when an optional operation turns out not to apply."""
-        lists = (self.tags, self.sentences, self.cot, self.decls, self.pot, self.tool, self.key_numbers, self._people)
+        lists = (self.tags, self.sentences, self.cot, self.decls, self.pot, self.tool, self.key_numbers,
+                 self.quantities, self._people)
         return tuple(len(x) for x in lists), self.steps, set(self._names)
 
     def rollback(self, mark: tuple) -> None:
         """Undo everything built since `mark`."""
         lengths, self.steps, names = mark
         self._names = set(names)
-        lists = (self.tags, self.sentences, self.cot, self.decls, self.pot, self.tool, self.key_numbers, self._people)
+        lists = (self.tags, self.sentences, self.cot, self.decls, self.pot, self.tool, self.key_numbers,
+                 self.quantities, self._people)
         for x, n in zip(lists, lengths, strict=True):
             del x[n:]
 
@@ -210,7 +255,9 @@ class Ctx:
         if expr.value < 0 or expr.value > self.cap:
             raise Reject(f"intermediate {expr.value} out of bounds")
         shown = fmt_number(expr.value, self.style)
-        self.cot.append(f"{text}: {expr.cot} = {shown}.")
+        chain = working(expr, self.style) if self.scratchpad else []
+        self.cot.append(f"{text}: {' = '.join([expr.cot, *chain, shown])}.")
+        self.quantities.append(shown)
         self.steps += 1
         if not code:
             return expr
@@ -248,7 +295,7 @@ class Ctx:
             "id": "syn-" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest(),
             "source": "synthetic", "family": family, "level": level, "key": key,
             "question": " ".join(self.sentences), "answer": ans, "solution": cot,
-            "cot": cot, "pot": pot, "tool": tool,
+            "cot": cot, "pot": pot, "tool": tool, "quantities": list(self.quantities),
         }
 
 

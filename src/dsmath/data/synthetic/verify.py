@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 import sympy
 
-FIELDS = ("id", "source", "family", "level", "key", "question", "answer", "solution", "cot", "pot", "tool")
+FIELDS = ("id", "source", "family", "level", "key", "question", "answer", "solution", "cot", "pot", "tool",
+          "quantities")
 _EXPR_CHARS = frozenset("0123456789+-*/(). ")
 _NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?(?:/\d+)?)(?![\d/])")
 _BOXED = re.compile(r"^The answer is \\boxed\{([^{}]*)\}\.$")
@@ -47,23 +48,36 @@ def _eval(node: ast.AST, src: str) -> sympy.Rational:
     raise ValueError(f"not an arithmetic expression: {src!r}")
 
 
-def extract_equation(line: str) -> tuple[str, str] | None:
-    """`(lhs, rhs)` of the line's `<arithmetic expression> = <number>`, or None if it has no such equation.
+def extract_chain(line: str) -> list[str] | None:
+    """The expressions of the line's equation chain `<expr> = <expr> = ... = <number>`, or None if it has none.
 
-    >>> extract_equation("Sam buys 3 boxes of 12 pencils: 3 * 12 = 36.")
-    ('3 * 12', '36')
+    One operation is `[lhs, number]`; a place-value scratchpad (`dsmath.data.synthetic.scratch`) adds the links.
+    >>> extract_chain("Sam has 47 + 36 = 40 + 30 + 7 + 6 = 70 + 13 = 83 pens.")
+    ['47 + 36', '40 + 30 + 7 + 6', '70 + 13', '83']
     """
-    if line.count("=") != 1:
+    parts = line.split("=")
+    if len(parts) < 2:
         return None
-    left, right = line.split("=")
+    left = parts[0]
     i = len(left)
     while i > 0 and left[i - 1] in _EXPR_CHARS:
         i -= 1
     lhs = re.sub(r"^[^0-9(]+", "", left[i:]).strip()
-    m = _NUMBER.match(right)
-    if not lhs or m is None:
+    middle = [p.strip() for p in parts[1:-1]]
+    m = _NUMBER.match(parts[-1])
+    if not lhs or m is None or any(not p or set(p) - _EXPR_CHARS for p in middle):
         return None
-    return lhs, m.group(1)
+    return [lhs, *middle, m.group(1)]
+
+
+def extract_equation(line: str) -> tuple[str, str] | None:
+    """`(lhs, result)` of the line's equation (chain), or None if it has none.
+
+    >>> extract_equation("Sam buys 3 boxes of 12 pencils: 3 * 12 = 36.")
+    ('3 * 12', '36')
+    """
+    chain = extract_chain(line)
+    return None if chain is None else (chain[0], chain[-1])
 
 
 def count_steps(cot: str) -> int:
@@ -72,7 +86,8 @@ def count_steps(cot: str) -> int:
 
 
 def check_cot(cot: str, answer: str) -> list[str]:
-    """Problems of a CoT: false or unparsable equations, a last line that is not `The answer is \\boxed{answer}.`"""
+    """Problems of a CoT: false or unparsable equations (every link of a chain), a last line that is not
+    `The answer is \\boxed{answer}.`"""
     lines, problems, results = cot.splitlines(), [], []
     if not lines:
         return ["cot: empty"]
@@ -82,18 +97,19 @@ def check_cot(cot: str, answer: str) -> list[str]:
     for line in lines[:-1]:
         if "=" not in line:
             continue
-        eq = extract_equation(line)
-        if eq is None:
-            problems.append(f"cot: no single checkable equation in {line!r}")
+        chain = extract_chain(line)
+        if chain is None:
+            problems.append(f"cot: no checkable equation in {line!r}")
             continue
         try:
-            lhs, rhs = sympy_value(eq[0]), sympy_value(eq[1])
+            values = [sympy_value(x) for x in chain]
         except (ValueError, ZeroDivisionError) as err:
             problems.append(f"cot: {err} in {line!r}")
             continue
-        if lhs != rhs:
-            problems.append(f"cot: false equation {eq[0]} = {eq[1]} (lhs is {lhs}) in {line!r}")
-        results.append(rhs)
+        for (x, vx), (y, vy) in zip(zip(chain, values), zip(chain[1:], values[1:])):
+            if vx != vy:
+                problems.append(f"cot: false equation {x} = {y} ({x} is {vx}) in {line!r}")
+        results.append(values[-1])
     try:
         if sympy_value(answer) not in results:
             problems.append(f"cot: no step computes the answer {answer}")

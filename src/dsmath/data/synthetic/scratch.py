@@ -1,0 +1,106 @@
+"""The place-value scratchpad: a multi-digit operation written as a chain of one-digit facts on one line.
+
+A 1.5M-parameter model does not learn `83 - 36 = 47` written whole (the result's first digit depends on a borrow
+from the last), but it learns a small table of one-digit facts. So a chain-of-thought step with a multi-digit
+operation on whole numbers is written the way a pupil splits it by place value, each link an equation that holds:
+
+    47 + 36 = 40 + 30 + 7 + 6 = 70 + 13 = 83          (tens with tens, ones with ones, then a round + a teen)
+    83 - 36 = 70 - 30 + 13 - 6 = 40 + 7 = 47          (the borrow written out: 83 is 70 + 13)
+    17 * 5 = 10 * 5 + 7 * 5 = 50 + 35 = 85            (split the larger factor)
+    12 * 15 = 12 * 10 + 12 * 5 = 120 + 60 = 180       (both factors >= 10: split the second)
+    96 / 8 = 80 / 8 + 16 / 8 = 10 + 2 = 12            (long division: the tens of the quotient, then the ones)
+
+One-digit facts (`7 + 6 = 13`, `13 - 6 = 7`, `7 * 8 = 56`, `56 / 8 = 7`) and splits that would only repeat the
+expression (`20 + 4`, `30 * 4`) are written directly. Every link of a chain is exact; the final value is the result.
+Compound expressions are reduced one operation at a time by `dsmath.data.synthetic.core` (`9 * 2 + 1 = 18 + 1 =
+19`), the last operation with this scratchpad.
+"""
+
+from __future__ import annotations
+
+
+def _split(n: int) -> tuple[int, int]:
+    """(the round part, the ones) of a whole number: 47 -> (40, 7), 347 -> (340, 7)."""
+    return n - n % 10, n % 10
+
+
+def _terms(parts: list[tuple[str, int]]) -> str:
+    """`+ 40 + 7 - 6` style text of signed terms, zeros dropped, the first sign only when it is a minus."""
+    text = ""
+    for sign, value in parts:
+        if value == 0:
+            continue
+        text += f" {sign} {value}" if text else (f"{value}" if sign == "+" else f"0 - {value}")
+    return text or "0"
+
+
+def _add(a: int, b: int) -> list[str]:
+    if a < 10 and b < 10 or a == 0 or b == 0:
+        return []
+    (a1, a0), (b1, b0) = _split(a), _split(b)
+    chain = [_terms([("+", a1), ("+", b1), ("+", a0), ("+", b0)]), _terms([("+", a1 + b1), ("+", a0 + b0)])]
+    return chain
+
+
+def _sub(a: int, b: int) -> list[str]:
+    if b == 0 or (a < 20 and b < 10) or a < b:
+        return []
+    (a1, a0), (b1, b0) = _split(a), _split(b)
+    if a0 < b0:  # borrow: a = (a1 - 10) + (a0 + 10)
+        a1, a0 = a1 - 10, a0 + 10
+    split = _terms([("+", a1), ("-", b1), ("+", a0), ("-", b0)])
+    return [split, _terms([("+", a1 - b1), ("+", a0 - b0)])]
+
+
+def _mul(a: int, b: int) -> list[str]:
+    if a < 10 and b < 10 or min(a, b) <= 1:
+        return []
+    if a >= 10 and b >= 10:  # split the second factor
+        b1, b0 = _split(b)
+        if b0 == 0:
+            return []
+        return [f"{a} * {b1} + {a} * {b0}", f"{a * b1} + {a * b0}"]
+    if a >= 10:  # a one-digit factor: split the other, keeping the written order
+        a1, a0 = _split(a)
+        if a0 == 0:
+            return []
+        return [f"{a1} * {b} + {a0} * {b}", f"{a1 * b} + {a0 * b}"]
+    b1, b0 = _split(b)
+    if b0 == 0:
+        return []
+    return [f"{a} * {b1} + {a} * {b0}", f"{a * b1} + {a * b0}"]
+
+
+def _div(a: int, b: int) -> list[str]:
+    if b <= 1 or a % b:
+        return []
+    q1, q0 = _split(a // b)
+    if q1 == 0 or q0 == 0:  # a one-digit quotient (an inverse fact) or a round one
+        return []
+    return [f"{b * q1} / {b} + {b * q0} / {b}", f"{q1} + {q0}"]
+
+
+_RULES = {"+": _add, "-": _sub, "*": _mul, "/": _div}
+
+
+def place_value_chain(a: int, op: str, b: int) -> list[str]:
+    """The expressions between `a op b` and its result (both excluded); [] when the operation is written directly.
+
+    a, b: whole numbers >= 0 (anything else is written directly); op: one of `+ - * /`.
+    >>> place_value_chain(83, "-", 36)
+    ['70 - 30 + 13 - 6', '40 + 7']
+    """
+    if op not in _RULES or type(a) is not int or type(b) is not int or a < 0 or b < 0:
+        return []
+    chain = _RULES[op](a, b)
+    return [x for i, x in enumerate(chain) if x != f"{a} {op} {b}" and (i == 0 or x != chain[i - 1])
+            and not _is_number(x)]
+
+
+def _is_number(text: str) -> bool:
+    return text.strip().isdigit()
+
+
+def chain_text(a: int, op: str, b: int, result: str) -> str:
+    """`a op b = <chain> = result`: the whole equation chain of one operation."""
+    return " = ".join([f"{a} {op} {b}", *place_value_chain(a, op, b), result])
