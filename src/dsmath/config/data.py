@@ -103,9 +103,9 @@ class Data(Section):
 class Drills(Section):
     """Arithmetic drill pages in the math corpus, in the CoT's own format (dsmath.data.synthetic.drills)."""
 
-    docs: NonNegInt = 2000  # 0 = none
+    docs: NonNegInt = 8000  # 0 = none
     lines_per_doc: PosInt = 40
-    one_digit_share: Prob = 0.3  # lines from the complete one-digit tables (and inverses)
+    one_digit_share: Prob = 0.5  # lines from the complete one-digit tables (and inverses)
     max_operand: PosInt = 200  # the rest: whole-number operations with operands up to this (log-uniform)
     max_divisor: PosInt = 20
 

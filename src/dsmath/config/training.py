@@ -93,7 +93,7 @@ class Base(Section):
 class Pretrain(Section):
     """Continual pretraining on the math corpus (DeepSeekMath sec. 2.2, at laptop scale)."""
 
-    train: Loop = Loop(max_steps=200, optim=Optim(lr=3e-3, warmup_steps=10))
+    train: Loop = Loop(max_steps=1000, checkpoint_every=250, optim=Optim(lr=3e-3, warmup_steps=10))
     heldout_docs: PosInt = 300
     eval_tokens: PosInt = 65536
 
@@ -117,7 +117,7 @@ class Probe(Section):
     """End-of-SFT accuracy probe on held-out test problems: greedy accuracy, pass@k and maj@k per mode."""
 
     n_problems: PosInt = 500
-    mode: Literal["cot", "pot", "tool"] = "tool"  # the headline greedy_acc / pass_at_k
+    mode: Literal["cot", "pot", "tool"] = "cot"  # the headline greedy_acc / pass_at_k
     modes: list[Literal["cot", "pot", "tool"]] = ["cot", "pot", "tool"]  # also reported as <mode>/...
     k: PosInt = 8
     temperature: PosFloat = 1.0
