@@ -150,11 +150,11 @@ def test_shipped_profiles_load_and_name_an_evaluated_primary_metric(profile):
 
 
 def test_metric_names_of_the_defaults():
-    names = metric_names(Evaluate())  # 4 datasets x 3 modes x 3 greedy metrics; synthetic/tool sampled at k 1..8
-    assert len(names) == 4 * 3 * 3 + 2 * 4 and len(set(names)) == len(names)
+    names = metric_names(Evaluate())  # 4 datasets x 3 modes x 3 greedy metrics; synthetic cot, tool sampled at k 1..8
+    assert len(names) == 4 * 3 * 3 + 2 * 2 * 4 and len(set(names)) == len(names)
     assert {"synthetic/cot/greedy", "math500/tool/mean_length", "synthetic/tool/pass@8", "synthetic/tool/maj@1"} <= set(
         names)
-    assert not {n for n in names if "@" in n and not n.startswith("synthetic/tool/")}
+    assert not {n for n in names if "@" in n and not n.startswith(("synthetic/tool/", "synthetic/cot/"))}
     assert metric_names(Evaluate(sampled_models=["sft"])) == [n for n in names if "@" not in n]
 
 
@@ -165,7 +165,7 @@ PRIMARY_REJECTED = [
     ({"primary_metric": "synthtic/cot/greedy"}, "unknown dataset"),
     ({"primary_metric": "gsm8k_test/cot/greedy", "datasets": {"gsm8k_test": 0}}, "dataset skipped (size 0)"),
     ({"primary_metric": "synthetic/pot/greedy", "modes": ["cot", "tool"]}, "mode not evaluated"),
-    ({"primary_metric": "synthetic/cot/pass@4"}, "mode not sampled"),
+    ({"primary_metric": "synthetic/pot/pass@4"}, "mode not sampled"),
     ({"primary_metric": "svamp/tool/maj@4"}, "dataset not sampled"),
     ({"primary_metric": "synthetic/tool/pass@3"}, "k not in evaluate.k"),
     ({"primary_metric": "synthetic/tool/pass@16"}, "k beyond evaluate.k"),

@@ -26,7 +26,7 @@ class Evaluate(Section):
     datasets: EvalDatasets = EvalDatasets()
     modes: list[Literal["cot", "pot", "tool"]] = ["cot", "pot", "tool"]
     sampled_datasets: list[Literal["synthetic", "gsm8k_test", "svamp", "math500"]] = ["synthetic"]
-    sampled_modes: list[Literal["cot", "pot", "tool"]] = ["tool"]
+    sampled_modes: list[Literal["cot", "pot", "tool"]] = ["cot", "tool"]
     sampled_models: list[Literal["base", "pretrain", "sft", "rl"]] = ["sft", "rl"]  # the others: greedy only
     n_samples: NonNegInt = 8  # samples per problem for maj@k / pass@k (0 = greedy only)
     k: list[PosInt] = [1, 2, 4, 8]
@@ -36,7 +36,7 @@ class Evaluate(Section):
     batch_size: PosInt = 256
     engine: Literal["auto", "fast", "hf"] = "auto"
     share_prompts: bool = True  # prefill each distinct prompt once (a problem's n_samples rows share its cache)
-    primary_metric: str = "synthetic/tool/greedy"  # decides whether the RL model becomes the registry's champion ...
+    primary_metric: str = "synthetic/cot/greedy"  # decides whether the RL model becomes the registry's champion ...
     val_problems: PosInt = 500  # ... measured on this many synthetic validation problems (the test split reports)
     # models whose answer may be the last number of the text (base models never learnt the answer line)
     last_number_answer: list[Literal["base", "pretrain", "sft", "rl"]] = ["base", "pretrain"]

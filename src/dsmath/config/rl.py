@@ -53,7 +53,7 @@ class Ppo(Section):
 class Rl(Section):
     init: Literal["sft", "pretrain"] = "sft"  # the model RL starts from (pretrain: no SFT, DeepSeek-R1-Zero)
     algorithm: str = "grpo"  # an RL choice: a name in its registry (dsmath.rl.registry.ALGORITHMS), see _registered
-    mode: Literal["cot", "pot", "tool"] = "tool"
+    mode: Literal["cot", "pot", "tool"] = "cot"
     reward: Literal["accuracy", "format", "combined"] = "combined"
     advantage: str = "outcome"  # grpo's advantage estimator (ADVANTAGES): outcome, process (step rewards), rloo, ...
     steps: PosInt = 150

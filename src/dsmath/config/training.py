@@ -117,7 +117,7 @@ class Probe(Section):
     """End-of-SFT accuracy probe on held-out test problems: greedy accuracy, pass@k and maj@k per mode."""
 
     n_problems: PosInt = 500
-    mode: Literal["cot", "pot", "tool"] = "tool"  # the headline greedy_acc / pass_at_k
+    mode: Literal["cot", "pot", "tool"] = "cot"  # the headline greedy_acc / pass_at_k
     modes: list[Literal["cot", "pot", "tool"]] = ["cot", "pot", "tool"]  # also reported as <mode>/...
     k: PosInt = 8
     temperature: PosFloat = 1.0
