@@ -106,8 +106,16 @@ class Drills(Section):
     docs: NonNegInt = 8000  # 0 = none
     lines_per_doc: PosInt = 40
     one_digit_share: Prob = 0.5  # lines from the complete one-digit tables (and inverses)
+    fraction_share: Prob = 0.2  # fraction lines: equivalences, sums / differences over the common denominator
     max_operand: PosInt = 200  # the rest: whole-number operations with operands up to this (log-uniform)
     max_divisor: PosInt = 20
+
+    @model_validator(mode="after")
+    def _shares(self) -> Drills:
+        if self.one_digit_share + self.fraction_share > 1:
+            raise ValueError(f"fraction_share: one_digit_share + fraction_share must be <= 1 (got "
+                             f"{self.one_digit_share} + {self.fraction_share})")
+        return self
 
 
 class Decontamination(Section):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple
 
-from dsmath.data.synthetic.scratch import place_value_chain
+from dsmath.data.synthetic.scratch import fraction_chain, place_value_chain
 from dsmath.data.synthetic.words import PEOPLE, Person
 
 ADD, MUL, ATOM = 1, 2, 3  # operator precedence of a rendered expression (ATOM: never needs parentheses)
@@ -145,7 +145,8 @@ def _reduce_once(e: E, style: str) -> E:
 
 def working(expr: E, style: str) -> list[str]:
     """The CoT expressions between `expr` and its value: a compound expression reduced one operation at a time,
-    then the last operation's place-value scratchpad (`dsmath.data.synthetic.scratch`) when its operands are whole.
+    then the last operation's place-value scratchpad (`dsmath.data.synthetic.scratch`) when its operands are whole,
+    or its common-denominator chain when it is a sum or difference with a fraction written `a/b` (not decimal style).
 
     >>> a, b, c = (E(Fraction(n), str(n), "", "") for n in (9, 2, 1))
     >>> working(a * b + c, "int")
@@ -158,6 +159,9 @@ def working(expr: E, style: str) -> list[str]:
     if e.op and all(k.value.denominator == 1 for k in e.kids) and e.value.denominator == 1:
         a, b = (int(k.value) for k in e.kids)
         out += place_value_chain(a, e.op, b)
+    elif e.op in ("+", "-") and style != "decimal" and any(k.value.denominator != 1 for k in e.kids):
+        a, b = (k.value for k in e.kids)
+        out += [x for x in fraction_chain(a, e.op, b) if x != e.cot]
     return out
 
 

@@ -6,6 +6,10 @@ its worked solutions. A drill document is a page of exercises, one operation per
 
 - a share `one_digit_share` of the lines are one-digit facts drawn from the complete tables (every `a + b`,
   `a * b` with a, b in 0..9; their inverses `(a + b) - b`, `(a * b) / b`), the links every scratchpad is made of;
+- a share `fraction_share` are fraction lines, over one denominator set of the world's fraction problems
+  (`dsmath.data.synthetic.fraction_percent.DENOM_SETS`), half of them each: an equivalence `3/4 = 9/12` (scaled up
+  to a denominator of the set) or `6/8 = 3/4` (reduced), and a sum or difference of two fractions written over the
+  common denominator as the CoT writes it (`1/5 + 3/10 = 2/10 + 3/10 = 5/10 = 1/2`);
 - the rest are whole-number operations over the world's range: sums and differences of operands up to
   `max_operand` (log-uniform, so small numbers are as common as in the problems), products of a number up to
   `max_operand` / 2 with a factor up to 12, exact quotients with a divisor up to the world's `max_number`.
@@ -17,7 +21,9 @@ from __future__ import annotations
 
 import math
 import random
+from fractions import Fraction
 
+from dsmath.data.synthetic.fraction_percent import DENOM_SETS
 from dsmath.data.synthetic.scratch import chain_text
 
 HEADINGS = ("Arithmetic practice:", "Exercises:", "Work out each line:", "Practice by place value:")
@@ -40,6 +46,27 @@ def one_digit_fact(rng: random.Random) -> str:
     return chain_text(a * b, "/", b, str(a))
 
 
+def fraction_line(rng: random.Random) -> str:
+    """One fraction line over a denominator set: an equivalence, or a sum / difference with its common-denominator
+    chain (numerators 1..b-1, operands as reduced fractions, a difference never negative)."""
+    denoms = rng.choice(DENOM_SETS)
+    if rng.random() < 0.5:
+        while True:
+            b = rng.choice(denoms)
+            a = rng.randint(1, b - 1)
+            value = Fraction(a, b)
+            options = [f"{a * d // b}/{d}" for d in denoms if d > b and d % b == 0]
+            if value.denominator != b:
+                options.append(str(value))
+            if options:
+                return f"{a}/{b} = {rng.choice(options)}"
+    x, y = (Fraction(rng.randint(1, b - 1), b) for b in (rng.choice(denoms), rng.choice(denoms)))
+    if rng.random() < 0.5:
+        return chain_text(x, "+", y, str(x + y))
+    x, y = max(x, y), min(x, y)
+    return chain_text(x, "-", y, str(x - y))
+
+
 def operation(rng: random.Random, max_operand: int, max_divisor: int) -> str:
     """One whole-number operation over the world's range, with its place-value chain."""
     kind = rng.randrange(4)
@@ -59,14 +86,20 @@ def operation(rng: random.Random, max_operand: int, max_divisor: int) -> str:
 
 
 def drill_documents(n_docs: int, lines_per_doc: int, one_digit_share: float, max_operand: int, max_divisor: int,
-                    seed: int) -> list[dict]:
-    """`n_docs` drill pages of `lines_per_doc` exercises each (see the module docstring)."""
+                    seed: int, fraction_share: float = 0.2) -> list[dict]:
+    """`n_docs` drill pages of `lines_per_doc` exercises each (see the module docstring). The shares are of all
+    lines: one-digit facts first, then fraction lines (up to what is left), whole-number operations the rest."""
     rng = random.Random(seed)
     docs = []
     for i in range(n_docs):
         lines = [rng.choice(HEADINGS)]
         for _ in range(lines_per_doc):
-            lines.append(one_digit_fact(rng) if rng.random() < one_digit_share
-                         else operation(rng, max_operand, max_divisor))
+            r = rng.random()
+            if r < one_digit_share:
+                lines.append(one_digit_fact(rng))
+            elif r < one_digit_share + fraction_share:
+                lines.append(fraction_line(rng))
+            else:
+                lines.append(operation(rng, max_operand, max_divisor))
         docs.append({"id": f"drill-{i}", "source": "drill", "text": "\n".join(lines)})
     return docs

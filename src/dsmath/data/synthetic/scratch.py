@@ -14,9 +14,20 @@ One-digit facts (`7 + 6 = 13`, `13 - 6 = 7`, `7 * 8 = 56`, `56 / 8 = 7`) and spl
 expression (`20 + 4`, `30 * 4`) are written directly. Every link of a chain is exact; the final value is the result.
 Compound expressions are reduced one operation at a time by `dsmath.data.synthetic.core` (`9 * 2 + 1 = 18 + 1 =
 19`), the last operation with this scratchpad.
+
+A sum or difference with a fraction `a/b` is written over the common denominator (the lcm; a whole number w as
+w*L/L), then the numerators are added or subtracted, then the result is reduced (:func:`fraction_chain`):
+
+    1/5 + 3/10 = 2/10 + 3/10 = 5/10 = 1/2          7/6 + 1/4 = 14/12 + 3/12 = 17/12
+    1 - 7/12 = 12/12 - 7/12 = 5/12                  1/4 + 1/4 = 2/4 = 1/2          2/5 + 1/5 = 3/5
+
+A link that would repeat the expression or the result is left out; the numerator operation is written whole.
 """
 
 from __future__ import annotations
+
+import math
+from fractions import Fraction
 
 
 def _split(n: int) -> tuple[int, int]:
@@ -101,6 +112,38 @@ def _is_number(text: str) -> bool:
     return text.strip().isdigit()
 
 
-def chain_text(a: int, op: str, b: int, result: str) -> str:
-    """`a op b = <chain> = result`: the whole equation chain of one operation."""
-    return " = ".join([f"{a} {op} {b}", *place_value_chain(a, op, b), result])
+def _is_fraction(x) -> bool:
+    """A non-integer rational (written `a/b`)."""
+    return isinstance(x, Fraction) and x.denominator != 1
+
+
+def fraction_chain(a: Fraction | int, op: str, b: Fraction | int) -> list[str]:
+    """The expressions between `a op b` and its reduced result (both excluded) for a sum or difference with a
+    non-integer operand: the operands over the common denominator, then the numerators' sum or difference over it.
+    [] for anything else (whole operands, another operation, a negative operand).
+
+    >>> fraction_chain(Fraction(1, 5), "+", Fraction(3, 10))
+    ['2/10 + 3/10', '5/10']
+    >>> fraction_chain(1, "-", Fraction(7, 12))
+    ['12/12 - 7/12']
+    >>> fraction_chain(Fraction(2, 5), "+", Fraction(1, 5))
+    []
+    """
+    if op not in ("+", "-"):
+        return []
+    a, b = Fraction(a), Fraction(b)
+    if a < 0 or b < 0 or (a.denominator == 1 and b.denominator == 1):
+        return []
+    den = math.lcm(a.denominator, b.denominator)
+    na, nb = int(a * den), int(b * den)
+    value = a + b if op == "+" else a - b
+    expr, result = f"{a} {op} {b}", str(value)
+    chain = [f"{na}/{den} {op} {nb}/{den}", f"{na + nb if op == '+' else na - nb}/{den}"]
+    return [x for x in chain if x not in (expr, result)]
+
+
+def chain_text(a: int | Fraction, op: str, b: int | Fraction, result: str) -> str:
+    """`a op b = <chain> = result`: the whole equation chain of one operation (over the common denominator when an
+    operand is a fraction, see :func:`fraction_chain`; `str(Fraction)` writes `1/2`, a whole one `1`)."""
+    links = fraction_chain(a, op, b) if _is_fraction(a) or _is_fraction(b) else place_value_chain(a, op, b)
+    return " = ".join([f"{a} {op} {b}", *links, result])
