@@ -5,13 +5,15 @@ A CoT step writes its computation as a chain on one line, the place-value scratc
 it is true (``step_true``) when the value written last, ``em``, equals the exact value of the first expression
 ``e0``; each ``e(j) = e(j+1)`` is a *link*, true when that one ``=`` holds. A chain can be true with a false link
 (two slips that cancel) and false with every link true only if it is cut short; the two rates are reported apart.
-Equality is :mod:`dsmath.rewards.steps`'s: exact with Fractions after :func:`normalize_step` (LaTeX/unicode
-operators, ``\\frac``, thousands commas), a decimal written value may be rounded (``10 / 3 = 3.33`` holds).
+The line is read by :mod:`dsmath.rewards.chains`, the reader the process rewards use too, so equality is theirs:
+exact with Fractions after :func:`~dsmath.rewards.chains.normalize_step` (LaTeX/unicode operators, ``\\frac``,
+thousands commas), a decimal written value may be rounded (``10 / 3 = 3.33`` holds).
 
-Chains. The text between two ``=`` that is one arithmetic expression (numbers, ``+ - * /``, parentheses) continues
-the chain; other text ends it (``3 + 4 = 7 and 7 * 2 = 14`` is two chains). The expression at either end of a
-chain is the longest arithmetic text touching the ``=`` (``After getting 4 more: 20 + 4 = 24.``: ``20 + 4`` and
-``24``). A chain counts only when its first expression has an operation: ``24 = 20 + 4`` is not a computation.
+Chains (:func:`~dsmath.rewards.chains.chains`). The text between two ``=`` that is one arithmetic expression
+(numbers, ``+ - * /``, parentheses) continues the chain; other text ends it (``3 + 4 = 7 and 7 * 2 = 14`` is two
+chains). The expression at either end of a chain is the longest arithmetic text touching the ``=`` (``After getting
+4 more: 20 + 4 = 24.``: ``20 + 4`` and ``24``). A chain counts only when its first expression has an operation:
+``24 = 20 + 4`` is not a computation.
 
 Categories, of the first expression ``e0`` (in this order of precedence):
 
@@ -33,7 +35,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dsmath.rewards.steps import _RELATION, _holds, _parse, normalize_step
+from dsmath.rewards.chains import chains, holds
 
 OPERATORS = ("add", "sub", "mul", "div", "mixed", "fraction", "decimal")  # category order of the tables
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -41,9 +43,6 @@ DIGITS = ("1", "2", "3+")
 KEY_PREFIX = "equations"  # per-category metric keys: equations/<operator>/<digits key>/{acc,n}
 FLAT_KEYS = ("equation_acc", "link_acc", "n_equations", "n_links")
 
-MAX_SPAN_CHARS = 208  # a longer run of arithmetic characters is not read (bounds the cost, as in rewards.steps)
-_SPAN = frozenset("0123456789.+-*/() ")
-_TOKEN = re.compile(r"\d+(?:\.\d+)?|[-+*/()]")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _FRACTION = re.compile(r"(?<![\d.])(\d+)/(\d+)(?![\d.])|\((\d+)\)/\((\d+)\)")
 _OPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
@@ -64,48 +63,6 @@ class Equation:
 def digits_key(digits: str) -> str:
     """The metric-key form of a digits bucket (MLflow names allow no '+'): `3+` -> `3plus`."""
     return digits.replace("+", "plus")
-
-
-def _expr(text: str) -> ast.Expression | None:
-    """The AST of `text` if it is exactly arithmetic tokens (no stray '.', as in `7.`) and parses, else None."""
-    if not text.strip() or "".join(_TOKEN.findall(text)) != text.replace(" ", ""):
-        return None
-    return _parse(text)
-
-
-def _left(text: str, line_start: bool) -> str | None:
-    """The longest arithmetic expression ending `text` (the left side of an '='). A shorter one is taken only
-    where what it leaves out cannot continue it: a list number `1.`, a `(`, a bullet at the start of the line."""
-    i = len(text)
-    while i > 0 and text[i - 1] in _SPAN:
-        i -= 1
-    span, at_start = text[i:], line_start and not text[:i].strip()
-    if len(span) > MAX_SPAN_CHARS:
-        return None
-    for m in _TOKEN.finditer(span):
-        piece, rest = span[m.start() :], span[: m.start()].strip()
-        if rest and rest[-1] not in ".(" and not (at_start and rest in ("-", "*", "+")):
-            continue
-        if _expr(piece) is not None:
-            return piece.strip()
-    return None
-
-
-def _right(text: str) -> str | None:
-    """The longest arithmetic expression starting `text` (the right side of an '='), before a `.` or `)` at most."""
-    j = 0
-    while j < len(text) and text[j] in _SPAN:
-        j += 1
-    span = text[:j]
-    if len(span) > MAX_SPAN_CHARS:
-        return None
-    for m in reversed(list(_TOKEN.finditer(span))):
-        piece, rest = span[: m.end()], span[m.end() :].strip()
-        if rest and rest[0] not in ".)":
-            continue
-        if _expr(piece) is not None:
-            return piece.strip()
-    return None
 
 
 def _digit_count(number: str) -> int:
@@ -135,37 +92,19 @@ def _has_operation(tree: ast.Expression) -> bool:
 
 
 def line_equations(line: str) -> list[Equation]:
-    """The equations (chains) of one line, left to right; [] when it has none."""
-    line = normalize_step(line)
-    marks = list(_RELATION.finditer(line))
-    if not marks:
-        return []
-    segments = [line[a:b] for a, b in zip([0] + [m.end() for m in marks], [m.start() for m in marks] + [len(line)],
-                                          strict=True)]
-    chains: list[list[str]] = []
-    current: list[str] = []  # the expressions of the chain being read
-    for k in range(len(marks)):  # the '=' between segments k and k + 1
-        after = segments[k + 1]
-        whole = k + 1 < len(marks) and _expr(after) is not None  # an inner segment that is one expression
-        lhs = current[-1] if current else _left(segments[k], line_start=k == 0)
-        rhs = after.strip() if whole else _right(after)
-        if lhs is None or rhs is None:
-            if len(current) > 1:
-                chains.append(current)
-            current = []
-            continue
-        current = (current or [lhs]) + [rhs]
-        if not whole:  # the chain ends at this '='
-            chains.append(current)
-            current = []
+    """The equations (chains) of one line, left to right; [] when it has none.
+
+    >>> [(eq.operator, eq.digits, eq.step_true, eq.links) for eq in line_equations("47 + 36 = 40 + 30 + 7 + 6 = 83")]
+    [('add', '2', True, (True, True))]
+    """
     out = []
-    for chain in chains:
-        trees = [_parse(e) for e in chain]
-        if not _has_operation(trees[0]):
+    for chain in chains(line):
+        (first, expression), (_, result) = chain[0], chain[-1]
+        if not _has_operation(first):
             continue
-        links = tuple(_holds(trees[j], trees[j + 1], chain[j + 1]) for j in range(len(chain) - 1))
-        operator, digits = category(chain[0])
-        out.append(Equation(chain[0], chain[-1], operator, digits, _holds(trees[0], trees[-1], chain[-1]), links))
+        links = tuple(holds(chain[j][0], *chain[j + 1]) for j in range(len(chain) - 1))
+        operator, digits = category(expression)
+        out.append(Equation(expression, result, operator, digits, holds(first, *chain[-1]), links))
     return out
 
 

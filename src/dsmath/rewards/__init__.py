@@ -11,6 +11,9 @@
                                                         ending with the terminal (outcome) step; character positions
     terminal_reward(accuracy, format, aw, fw) -> float  the terminal step's reward: +-aw (right) +- fw (well formed)
     verify_steps(text, gold=None) -> list[StepResult]   truth-only per-line checks, the answer line against gold
+    program_assignments(code) -> list[Assignment]       a program's assignments, statically evaluated (never run)
+
+Written arithmetic (``47 + 36 = 40 + 30 + 7 + 6 = 70 + 13 = 83``) is read in one place, :mod:`dsmath.rewards.chains`.
 
 Model-written programs run through :mod:`dsmath.sandbox.pool`.
 """
@@ -30,15 +33,20 @@ from dsmath.rewards.functions import (
     program_answer,
 )
 from dsmath.rewards.normalize import normalize_answer, parse_number
-from dsmath.rewards.solution import QuantityPool, canonical_number, gsm8k_quantities, reference_quantities
+from dsmath.rewards.programs import program_assignments
+from dsmath.rewards.solution import (
+    QuantityPool,
+    canonical_number,
+    gsm8k_quantities,
+    reference_quantities,
+    solution_steps,
+)
 from dsmath.rewards.steps import (
     NEUTRAL_STEP_REWARD,
     RIGHT_STEP_REWARD,
     WRONG_STEP_REWARD,
     StepResult,
     check_step,
-    program_assignments,
-    solution_steps,
     terminal_reward,
     token_ends,
     verify_steps,

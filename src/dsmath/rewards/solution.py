@@ -1,4 +1,4 @@
-"""The reference solution of a problem as the numbers it computes: what process rewards judge a step's value against.
+"""The reference solution of a problem as the numbers it computes, and the judge of a completion's steps against it.
 
 A problem record (docs/formats.md) names the value of each step of its solution, in order, as canonical number
 strings ("24", "2", "3/4", "0.7"): a synthetic record in its ``quantities`` field; a GSM8K record in the calculator
@@ -9,6 +9,30 @@ annotations of its ``solution`` text (``48/2 = <<48/2=24>>24 clips``), read by :
     gsm8k_quantities(solution) -> list[str]       the results of a GSM8K solution's <<expr=result>> annotations
     canonical_number(value) -> str                "24", "-3", "2.5", "1/3"
     QuantityPool(quantities)                      matches step values, each quantity used once (a multiset)
+    solution_steps(text, quantities, mode, outcome) -> list[StepResult]   per-step process rewards (below)
+
+Process supervision (Math-Shepherd-style labels without rollouts): a step is right when it computes correctly a number
+the solution computes. What a step is (:func:`solution_steps`, by mode, docs/formats.md):
+- a prose line (every non-empty line in ``cot``; the lines outside code fences in ``pot`` / ``tool``), its equations
+  read and checked by :func:`dsmath.rewards.steps.line_check`; the line's value is its last equation's right side,
+  the chain's intermediate values are not judged against the solution.
+- an assignment of a ```python block (``pot`` / ``tool``), evaluated statically (:mod:`dsmath.rewards.programs`);
+  the step is the assignment's line(s) in the completion. Lines of ```output blocks (the interpreter's) are no steps.
+
+How a step is judged, given the reference quantities:
+- prose line with equations: RIGHT (+1) when every equation holds and its value is an unused reference quantity
+  (numeric equivalence, 0.5 == 1/2); WRONG (-1) when an equation is false, or all hold but the value is no quantity
+  of the solution ("irrelevant"); a right value whose quantities are all used already is a REPEAT (neutral: a step
+  is paid once). Without reference quantities (MATH-500, SVAMP): truth only, +1 when all equations hold, -1 when
+  one is false, and a line repeating the equations of an earlier right line is a repeat.
+- program assignment: a given number (a literal: ``apples = 20``, ``3 / 4``) is neutral; a computed value is RIGHT /
+  WRONG / REPEAT as above; one the evaluator cannot follow is neutral. Without reference quantities, all are neutral.
+- anything else (a line with no equation, the answer line) is neutral: unchecked, no process signal.
+A value is matched against the pool of quantities in text order; each quantity is used by one step. The completion
+ends with the terminal step (:func:`dsmath.rewards.steps.terminal_reward`), which carries the outcome.
+
+    >>> [s.kind for s in solution_steps("20 + 4 = 24.\\n24 / 12 = 2.\\n24 / 12 = 2.", ["24", "2"], "cot", 1.1)]
+    ['right', 'right', 'repeat', 'terminal']
 """
 
 from __future__ import annotations
@@ -18,6 +42,15 @@ from collections.abc import Iterable
 from fractions import Fraction
 
 from dsmath.rewards.normalize import normalize_answer, parse_number
+from dsmath.rewards.programs import Assignment, program_assignments
+from dsmath.rewards.steps import (
+    NEUTRAL_STEP_REWARD,
+    RIGHT_STEP_REWARD,
+    WRONG_STEP_REWARD,
+    LineCheck,
+    StepResult,
+    line_check,
+)
 
 _ANNOTATION = re.compile(r"<<([^<>\n]*)>>")
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d+)?|\.\d+|\d+/\d+)")
@@ -125,3 +158,97 @@ class QuantityPool:
         """Whether one of `values` matches any quantity, used or not."""
         values = list(values)
         return any(self._matches(entry, values) for entry in self.entries)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# judging a completion's steps against the solution
+
+_FENCE_LINE = re.compile(r"^```[ \t]*(\w*)[ \t]*$")  # a fence line, as dsmath.rewards.extract reads them
+
+
+def _segments(text: str, mode: str) -> tuple[list[tuple[int, str]], list[list[tuple[int, str]]]]:
+    """(prose lines, python blocks) of `text` as (start offset, line without newline); blocks are lists of lines.
+
+    cot: every line is prose. pot / tool: lines of ```python blocks form programs (a block left open runs to the
+    end), ```output blocks (to their bare closing fence; fence lines with a language inside are output text) and
+    other fenced blocks are skipped, fence lines are no steps, the rest is prose.
+    """
+    prose: list[tuple[int, str]] = []
+    blocks: list[list[tuple[int, str]]] = []
+    fenced = mode != "cot"
+    state, offset = None, 0  # state: None (prose) or the open block's language
+    for raw in text.split("\n"):
+        line = raw.removesuffix("\r")
+        m = _FENCE_LINE.match(line) if fenced else None
+        if m:
+            lang = m.group(1)
+            if state is None:
+                state = lang
+                if lang == "python":
+                    blocks.append([])
+            elif state != "output" and lang == "output":
+                state = "output"  # the interpreter opens an output block after any closed code block
+            elif not lang:
+                state = None
+        elif state is None:
+            if line.strip():
+                prose.append((offset, line))
+        elif state == "python":
+            blocks[-1].append((offset, line))
+        offset += len(raw) + 1
+    return prose, blocks
+
+
+def _judge(ok_values: frozenset[Fraction], pool: QuantityPool) -> tuple[bool | None, float, str]:
+    """(correct, reward, kind) of a step that computed right-looking arithmetic with value(s) `ok_values`."""
+    if pool.take(ok_values):
+        return True, RIGHT_STEP_REWARD, "right"
+    if pool.known(ok_values):
+        return None, NEUTRAL_STEP_REWARD, "repeat"
+    return False, WRONG_STEP_REWARD, "irrelevant"
+
+
+def solution_steps(text: str | None, quantities: list[str] | tuple[str, ...] = (), mode: str = "cot",
+                   outcome: float | None = None) -> list[StepResult]:
+    """Process rewards of one completion judged against the solution's step values (see the module docstring).
+
+    quantities: the reference quantities (``reference_quantities(problem)``; empty: truth-only prose checks, programs
+    unjudged). mode: cot | pot | tool (which lines are steps). outcome: the terminal step's reward
+    (``terminal_reward``), appended as a step at the end of the text (char_start = char_end = len(text)); None: no
+    terminal step. Returns the steps in text order, neutral ones included (checked False), the terminal last; the
+    pool of quantities is used up in that order.
+    """
+    if not isinstance(text, str):
+        return []
+    if mode not in ("cot", "pot", "tool"):
+        raise ValueError(f"mode: must be one of cot, pot, tool (got {mode!r})")
+    prose, blocks = _segments(text, mode)
+    found: list[tuple[int, int, LineCheck | Assignment | None]] = [
+        (start, start + len(line), line_check(line)) for start, line in prose]
+    for block in blocks:
+        for a in program_assignments("\n".join(line for _, line in block)):
+            (start, _), (last_start, last_line) = block[a.first - 1], block[a.last - 1]
+            found.append((start, last_start + len(last_line), a))
+    found.sort(key=lambda f: f[0])  # stable: statements sharing a line keep their order
+    pool, seen, steps = QuantityPool(quantities), set(), []
+    for start, end, what in found:
+        if what is None:  # a prose line without equations
+            verdict = None, NEUTRAL_STEP_REWARD, "unchecked"
+        elif isinstance(what, Assignment):
+            if what.value is None or not pool:
+                verdict = None, NEUTRAL_STEP_REWARD, "unchecked"
+            elif what.literal:
+                verdict = None, NEUTRAL_STEP_REWARD, "given"
+            else:
+                verdict = _judge(frozenset([what.value]), pool)
+        elif not what.holds:
+            verdict = False, WRONG_STEP_REWARD, "false"
+        elif pool:
+            verdict = _judge(what.values, pool)
+        else:  # truth only: a right line pays once
+            verdict = (None, NEUTRAL_STEP_REWARD, "repeat") if what.key in seen else (True, RIGHT_STEP_REWARD, "right")
+            seen.add(what.key)
+        steps.append(StepResult(start, end, verdict[0] is not None, *verdict))
+    if outcome is not None:
+        steps.append(StepResult(len(text), len(text), True, outcome > 0, float(outcome), "terminal"))
+    return steps

@@ -2,7 +2,7 @@
 
 Rewards come from the reward layer (`dsmath.rewards`): a scalar per output for outcome supervision, and, for process
 supervision (DeepSeekMath sec. 4.1.3), one reward per reasoning step placed at the step's last token
-(`step_rewards`). The steps and their judgement are `dsmath.rewards.steps.solution_steps`': prose lines whose
+(`step_rewards`). The steps and their judgement are `dsmath.rewards.solution.solution_steps`': prose lines whose
 equations hold and compute a value of the reference solution +1, false or irrelevant ones -1; in pot / tool mode
 also the program's computed assignments, evaluated statically; and a terminal step on the output's last policy token
 carrying the outcome (+-accuracy_weight +- format_weight from the Scorer's accuracy and format), so that stopping
@@ -195,7 +195,7 @@ def step_rewards(tokenizer, completion_ids: torch.Tensor, completion_mask: torch
     chose (None: all of completion_mask); a step with no such token (a line of a tool's ```output block) is dropped,
     and a step ends on its last policy token.
 
-    With `scores` (the Scorer's accuracy and format of each output, (N,)): the steps of `dsmath.rewards.steps.
+    With `scores` (the Scorer's accuracy and format of each output, (N,)): the steps of `dsmath.rewards.solution.
     solution_steps` in `mode` (cot | pot | tool), judged against each row's reference quantities (`quantities`, (N,)
     lists; None: none known, truth-only), and a terminal step on each output's last policy token rewarded
     ``terminal_reward(accuracy, format, *weights)`` (weights: params rewards.accuracy_weight and format_weight; None:
