@@ -104,6 +104,11 @@ REJECTED = [
     ({"rl": {"top_p": 0.0}}, "rl.top_p: must be > 0.0 (got 0.0)"),
     ({"rl": {"kl": "k4"}}, "rl.kl: must be one of 'k1', 'k2' or 'k3' (got 'k4')"),
     ({"rl": {"prompt_levels": [6]}}, "rl.prompt_levels.0: must be <= 5 (got 6)"),
+    ({"rewards": {"random_p": 1.5}}, ("rewards.random_p: ", "1", "1.5")),
+    ({"rewards": {"random_p": -0.1}}, ("rewards.random_p: ", "0", "-0.1")),
+    ({"rl": {"reward": "coin"}}, ("rl.reward: ", "random", "coin")),
+    ({"evaluate": {"passk_problems": 8, "passk_samples": 16, "passk_k": [1, 64]}},
+     ("evaluate.passk_k: ", "passk_samples=16", "64")),
 ]
 
 
@@ -133,6 +138,9 @@ def test_section_validators_reject(raw, message):
         {"rl": {"algorithm": "grpo", "advantage": "process"}},
         {"rl": {"algorithm": "ppo", "ppo": {"gamma": 1.0, "lam": 0.0, "kl_coef": 0.0}}},
         {"evaluate": {"n_samples": 0, "k": [1, 64]}},  # greedy only: k is unused
+        {"rl": {"reward": "random"}, "rewards": {"random_p": 0.0}},
+        {"rl": {"reward": "random"}, "rewards": {"random_p": 1.0}},
+        {"evaluate": {"passk_problems": 32, "passk_samples": 64, "passk_k": [1, 4, 16, 64]}},
     ],
 )
 def test_valid_neighbours_are_accepted(raw):

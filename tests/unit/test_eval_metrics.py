@@ -88,3 +88,65 @@ def test_rl_curves_plot_one_smoothed_line_per_seed_and_held_out_points():
     assert [line.get_label() for line in reward.lines] == ["seed-1", "seed-2"]
     held_out = [line.get_ydata().tolist() for line in acc.lines if "held-out" in line.get_label()]
     assert held_out == [[0.5], [1.0]]  # each seed's held-out point at step 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# pass@k on a subset at large k (evaluate.passk_*)
+
+
+@pytest.mark.parametrize(("n", "c", "k", "expected"),
+                         # n=4, c=1: 1 - C(3,k)/C(4,k): k=1: 1-3/4; k=2: 1-3/6; k=4: 1-0
+                         [(4, 1, 1, 0.25), (4, 1, 2, 0.5), (4, 1, 4, 1.0), (64, 0, 1, 0.0), (64, 0, 64, 0.0)])
+def test_pass_at_k_hand_computed_subset(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_passk_metrics_from_per_sample_correctness():
+    from dsmath.evaluation.evaluate import passk_metrics
+
+    correct = [[True, False, False, False], [False] * 4]  # n=4: c=1 and c=0
+    m = passk_metrics(correct, [1, 2, 4, 64])  # 64 > n: left out
+    assert m == pytest.approx({"passk@1": 0.125, "passk@2": 0.25, "passk@4": 0.5, "passk_problems": 2.0})
+
+
+def test_evaluate_model_reports_passk_on_the_subset(monkeypatch):
+    """passk_problems > 0: passk_samples drawn per problem of the first passk_problems synthetic problems in each
+    sampled mode, from a Generator seeded apart (generation stubbed); 0 (default): no passk keys."""
+    from dsmath.config import Evaluate, Rewards, Sandbox
+    from dsmath.evaluation import evaluate
+
+    seeds = []
+
+    class FakeGenerator:
+        last_number = False
+
+        def __init__(self, model, tok, cfg, sandbox, seed, *args):
+            seeds.append(seed)
+
+        def __call__(self, questions, mode, temperature):  # question q0 always right, the others right 1 in 4
+            texts = [f"The answer is \\boxed{{{1 if q == 'q0' or i % 4 == 0 else 2}}}."
+                     for i, q in enumerate(questions)]
+            return texts, [7] * len(questions)
+
+        def map(self, fn, *columns):
+            return fn(*columns)
+
+    monkeypatch.setattr(evaluate, "Generator", FakeGenerator)
+    records = {"synthetic": [{"id": f"s{i}", "question": f"q{i}", "answer": "1"} for i in range(5)]}
+    base = {"datasets": {"synthetic": 5, "gsm8k_test": 0, "svamp": 0, "math500": 0}, "modes": ["cot", "pot"],
+            "sampled_modes": ["cot"], "n_samples": 2, "k": [1, 2]}
+    off, _ = evaluate.evaluate_model(None, None, records, Evaluate(**base), Sandbox(), Rewards(), seed=3)
+    assert not any("passk" in k for k in off) and seeds == [3]
+    cfg = Evaluate(**base, passk_problems=2, passk_samples=8, passk_k=[1, 4, 8])
+    on, _ = evaluate.evaluate_model(None, None, records, cfg, Sandbox(), Rewards(), seed=3)
+    assert seeds[1:] == [3, 3 + evaluate.PASSK_SEED_OFFSET]
+    timing = "_per_s"
+    assert {k: v for k, v in on.items() if k in off and timing not in k} == {k: v for k, v in off.items()
+                                                                              if timing not in k}
+    assert {k for k in on if "passk" in k} == {"synthetic/cot/passk@1", "synthetic/cot/passk@4",
+                                               "synthetic/cot/passk@8", "synthetic/cot/passk_problems"}
+    # q0: 8 of 8 right; q1: 2 of 8 (rows 0 and 4 of its block: i = 8, 12) -> pass@1 = (1 + 2/8) / 2
+    assert on["synthetic/cot/passk@1"] == pytest.approx((1 + 2 / 8) / 2)
+    assert on["synthetic/cot/passk@8"] == 1.0 and on["synthetic/cot/passk_problems"] == 2.0
+    no_sampling, _ = evaluate.evaluate_model(None, None, records, cfg, Sandbox(), Rewards(), seed=3, sampling=False)
+    assert not any("passk" in k for k in no_sampling)

@@ -6,12 +6,14 @@ from dsmath.config import Rewards, Sandbox
 from dsmath.evaluation.evaluate import final_answers
 from dsmath.rewards import (
     REWARDS,
+    RandomReward,
     accuracy_reward,
     build_reward,
     combined_reward,
     format_reward,
     pot_accuracy_reward,
     program_answer,
+    random_reward,
 )
 
 COT_RIGHT = "Sam buys 3 boxes of 12 pencils: 3 * 12 = 36.\nHe gives away 5: 36 - 5 = 31.\nThe answer is \\boxed{31}."
@@ -159,8 +161,56 @@ def test_build_reward_accuracy_and_format():
 
 
 def test_registry_errors_list_valid_names():
-    assert set(REWARDS) == {"accuracy", "format", "combined"}
-    with pytest.raises(ValueError, match="unknown reward 'prm'; valid: accuracy, format, combined"):
+    assert set(REWARDS) == {"accuracy", "format", "combined", "random"}
+    with pytest.raises(ValueError, match="unknown reward 'prm'; valid: accuracy, format, combined, random"):
         build_reward("prm")
     with pytest.raises(ValueError, match="unknown mode 'x'; valid: cot, pot, tool"):
         build_reward("accuracy", "x")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# random reward (rl.reward: random, the Spurious Rewards control)
+
+
+def test_random_reward_rate_is_p():
+    draws = build_reward("random", "cot", Rewards(random_p=0.5), seed=1)([COT_RIGHT] * 4000, ["31"] * 4000)
+    assert set(draws) <= {0.0, 1.0}
+    assert sum(draws) / 4000 == pytest.approx(0.5, abs=0.03)
+    low = random_reward([COT_WRONG] * 4000, ["31"] * 4000, p=0.2, seed=1)
+    assert sum(low) / 4000 == pytest.approx(0.2, abs=0.03)
+    assert random_reward(["x"] * 50, ["1"] * 50, p=0.0, seed=3) == [0.0] * 50
+    assert random_reward(["x"] * 50, ["1"] * 50, p=1.0, seed=3) == [1.0] * 50
+
+
+def test_random_reward_is_deterministic_and_seeded():
+    texts, golds = [COT_RIGHT, COT_WRONG, "", COT_RIGHT] * 50, ["31"] * 200
+    a = build_reward("random", "cot", seed=7)(texts, golds)
+    assert a == build_reward("random", "cot", seed=7)(texts, golds)
+    assert a != build_reward("random", "cot", seed=8)(texts, golds)
+    # the position keys the draw: identical outputs of one group differ, and a later batch (offset) draws anew
+    same = random_reward(["same"] * 64, ["7"] * 64, p=0.5, seed=7)
+    assert 0 < sum(same) < 64
+    assert same != random_reward(["same"] * 64, ["7"] * 64, p=0.5, seed=7, offset=64)
+    fn = RandomReward(0.5, seed=7)
+    fn.offset = 64
+    assert fn(["same"] * 64, ["7"] * 64) == random_reward(["same"] * 64, ["7"] * 64, p=0.5, seed=7, offset=64)
+
+
+def test_random_reward_is_independent_of_correctness():
+    n = 4000
+    right = random_reward([COT_RIGHT] * n, ["31"] * n, p=0.5, seed=5)
+    wrong = random_reward([COT_WRONG] * n, ["31"] * n, p=0.5, seed=5)
+    assert abs(sum(right) / n - sum(wrong) / n) < 0.045  # ~2.8 sd of the difference of two rates
+    assert right != wrong
+
+
+def test_random_reward_in_the_scorer_keeps_accuracy_apart():
+    from dsmath.rl.scoring import Scorer
+
+    scorer = Scorer("random", "cot", Rewards(), Sandbox(**SANDBOX), 11)
+    texts, golds = [COT_RIGHT, COT_WRONG] * 32, ["31"] * 64
+    first = scorer(texts, golds)
+    assert first.accuracy.tolist() == [1.0, 0.0] * 32
+    assert first.rewards.tolist() == random_reward(texts, golds, p=0.5, seed=11)
+    scorer.offset = 64
+    assert scorer(texts, golds).rewards.tolist() == random_reward(texts, golds, p=0.5, seed=11, offset=64)

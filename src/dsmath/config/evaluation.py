@@ -31,6 +31,9 @@ class Evaluate(Section):
     n_samples: NonNegInt = 8  # samples per problem for maj@k / pass@k (0 = greedy only)
     k: list[PosInt] = [1, 2, 4, 8]
     temperature: Annotated[float, Field(gt=0)] = 1.0
+    passk_problems: NonNegInt = 0  # pass@k up to large k on the first N synthetic test problems (0 = off)
+    passk_samples: PosInt = 64  # samples per problem of that subset (sampled models and modes)
+    passk_k: list[PosInt] = [1, 4, 16, 64]  # reported as synthetic/<mode>/passk@<k>
     max_new_tokens: PosInt = 160
     max_tool_calls: PosInt = 2
     batch_size: PosInt = 256
@@ -45,6 +48,12 @@ class Evaluate(Section):
     def _k_within_samples(self) -> Evaluate:
         if self.n_samples and any(k > self.n_samples for k in self.k):
             raise ValueError(f"k: every k must be <= n_samples={self.n_samples} (got {self.k})")
+        return self
+
+    @model_validator(mode="after")
+    def _passk_k_within_samples(self) -> Evaluate:
+        if any(k > self.passk_samples for k in self.passk_k):
+            raise ValueError(f"passk_k: every k must be <= passk_samples={self.passk_samples} (got {self.passk_k})")
         return self
 
     @model_validator(mode="after")

@@ -19,6 +19,7 @@ class Rewards(Section):
     accuracy_weight: Annotated[float, Field(ge=0)] = 1.0  # final answer equivalent to the gold (0/1)
     format_weight: Annotated[float, Field(ge=0)] = 0.1  # answer line / code and output fences well formed (0/1)
     equivalence_timeout_s: Annotated[float, Field(gt=0, le=600)] = 5.0  # math-verify call cut off after this
+    random_p: Annotated[float, Field(ge=0, le=1)] = 0.5  # rl.reward random: P(reward 1), independent of the output
 
     @model_validator(mode="after")
     def _some_weight(self) -> Rewards:
@@ -54,7 +55,7 @@ class Rl(Section):
     init: Literal["sft", "pretrain"] = "sft"  # the model RL starts from (pretrain: no SFT, DeepSeek-R1-Zero)
     algorithm: str = "grpo"  # an RL choice: a name in its registry (dsmath.rl.registry.ALGORITHMS), see _registered
     mode: Literal["cot", "pot", "tool"] = "cot"
-    reward: Literal["accuracy", "format", "combined"] = "combined"
+    reward: Literal["accuracy", "format", "combined", "random"] = "combined"
     advantage: str = "outcome"  # grpo's advantage estimator (ADVANTAGES): outcome, process (step rewards), rloo, ...
     steps: PosInt = 150
     prompts_per_step: PosInt = 16

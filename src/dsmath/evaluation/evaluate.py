@@ -121,6 +121,29 @@ def evaluate_split(gen: Generator, records: Sequence[dict], mode: str, cfg, sand
     return metrics, rows
 
 
+PASSK_SEED_OFFSET = 64_064  # the pass@k subset's draws: a Generator seeded apart from the maj@k draws'
+
+
+def passk_metrics(correct: Sequence[Sequence[bool]], ks: Sequence[int]) -> dict[str, float]:
+    """`passk@<k>` (the unbiased estimator, Chen et al. 2021, mean over problems) for each k of `ks` <= the
+    samples per problem, and `passk_problems`, from `correct[i]`, the correctness of problem i's samples."""
+    n = min((len(c) for c in correct), default=0)
+    out = {f"passk@{k}": mean_pass_at_k(correct, k) for k in ks if k <= n}
+    return out | {"passk_problems": float(len(correct))}
+
+
+def evaluate_passk(gen: Generator, records: Sequence[dict], mode: str, cfg, sandbox_cfg,
+                   rewards_cfg) -> dict[str, float]:
+    """pass@k up to large k on a subset (evaluate.passk_*; Limit-of-RLVR 2025): `passk_samples` samples of each
+    record at `temperature`, scored like the maj@k samples."""
+    n, golds = cfg.passk_samples, [r["answer"] for r in records]
+    texts, _ = gen([r["question"] for r in records for _ in range(n)], mode, cfg.temperature)
+    answers = gen.map(lambda t: final_answers(t, mode, sandbox_cfg, gen.last_number), texts)
+    flat = gen.map(lambda a, g: are_equivalent(a, g, rewards_cfg.equivalence_timeout_s), answers,
+                   [g for g in golds for _ in range(n)])
+    return passk_metrics([flat[i * n : (i + 1) * n] for i in range(len(records))], cfg.passk_k)
+
+
 def _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rewards_cfg, rows) -> dict[str, float]:
     n = cfg.n_samples
     t0 = time.perf_counter()
@@ -145,7 +168,10 @@ def evaluate_model(model, tokenizer, datasets: dict[str, list[dict]], cfg, sandb
                    seed: int, last_number: bool = False, sampling: bool = True, world: World | None = None,
                    dtype: torch.dtype | None = None) -> tuple[dict[str, float], list[dict]]:
     """Flat metrics `<dataset>/<mode>/<metric>` over every dataset and mode, and all prediction rows.
-    Samples (maj@k, pass@k) are drawn where `sampling` and the (dataset, mode) is in the sampled lists.
+    Samples (maj@k, pass@k) are drawn where `sampling` and the (dataset, mode) is in the sampled lists; with
+    `passk_problems` > 0 also `passk_samples` per problem of the first `passk_problems` synthetic test problems in
+    each sampled mode (`synthetic/<mode>/passk@<k>`, `synthetic/<mode>/passk_problems`), from a Generator of its
+    own seeded `seed + PASSK_SEED_OFFSET`, after every other draw.
     world, dtype: as in :class:`Generator` (every rank returns the same metrics and rows)."""
     gen = Generator(model, tokenizer, cfg, sandbox_cfg, seed, last_number, world, dtype)
     metrics: dict[str, float] = {}
@@ -156,4 +182,10 @@ def evaluate_model(model, tokenizer, datasets: dict[str, list[dict]], cfg, sandb
                                   sampled=sampling and name in cfg.sampled_datasets and mode in cfg.sampled_modes)
             metrics |= {f"{name}/{mode}/{k}": v for k, v in m.items()}
             rows += [{"dataset": name, **row} for row in r]
+    if sampling and cfg.passk_problems and datasets.get("synthetic"):  # off by default (passk_problems: 0)
+        subset = datasets["synthetic"][: cfg.passk_problems]
+        passk_gen = Generator(model, tokenizer, cfg, sandbox_cfg, seed + PASSK_SEED_OFFSET, last_number, world, dtype)
+        for mode in [m for m in cfg.modes if m in cfg.sampled_modes]:
+            m = evaluate_passk(passk_gen, subset, mode, cfg, sandbox_cfg, rewards_cfg)
+            metrics |= {f"synthetic/{mode}/{k}": v for k, v in m.items()}
     return metrics, rows

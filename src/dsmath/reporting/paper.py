@@ -94,8 +94,18 @@ def read_csv(path: str | Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def plot_k_curves(curves: dict[str, list[dict]], dataset: str = "synthetic", mode: str = "cot"):
-    """pass@k and maj@k against k for each model (Fig. 7 of the paper: RL lifts maj@k, not pass@k)."""
+def passk_points(metrics: dict[str, dict[str, float]], ks: list[int], dataset: str,
+                 mode: str) -> dict[str, list[tuple[int, float]]]:
+    """{model: [(k, passk@k)]} of the pass@k subset (evaluate.passk_problems > 0), where the model reports it."""
+    pts = {m: [(k, v[f"{dataset}/{mode}/passk@{k}"]) for k in ks if f"{dataset}/{mode}/passk@{k}" in v]
+           for m, v in metrics.items()}
+    return {m: p for m, p in pts.items() if p}
+
+
+def plot_k_curves(curves: dict[str, list[dict]], dataset: str = "synthetic", mode: str = "cot",
+                  passk: dict[str, list[tuple[int, float]]] | None = None, passk_label: str = ""):
+    """pass@k and maj@k against k for each model (Fig. 7 of the paper: RL lifts maj@k, not pass@k); `passk`: the
+    pass@k subset's points per model, drawn dashed on the pass@k panel as "<model> <passk_label>"."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,6 +119,9 @@ def plot_k_curves(curves: dict[str, list[dict]], dataset: str = "synthetic", mod
         ks = [int(r["k"]) for r in pts]
         axes[0].plot(ks, [100 * float(r["pass_at_k"]) for r in pts], marker="o", label=model)
         axes[1].plot(ks, [100 * float(r["maj_at_k"]) for r in pts], marker="o", label=model)
+    for model, pts in (passk or {}).items():
+        axes[0].plot([k for k, _ in pts], [100 * v for _, v in pts], marker="s", linestyle="--",
+                     label=f"{model} {passk_label}")
     for ax, title in zip(axes, ("pass@k", "maj@k"), strict=True):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("k")
@@ -333,7 +346,9 @@ def build_report(params, out_dir: str | Path) -> dict:
     curves = {m: read_csv(Path(paths.eval) / m / "curves.csv") for m in ("sft", "rl")}
     rl_rows = {seed_dir(s): read_csv(Path(paths.plots) / "rl" / f"{seed_dir(s)}.csv") for s in params.common.rl_seeds}
     figures = {"k_curves": out / "pass_maj_at_k.png", "rl_curves": out / "rl_curves.png"}
-    k_fig = (plot_k_curves(curves, dataset, mode) if any(curves.values())
+    passk = passk_points(metrics, ev.passk_k, dataset, mode) if ev.passk_problems else {}
+    label = f"pass@k (subset of {ev.passk_problems}, n={ev.passk_samples})"
+    k_fig = (plot_k_curves(curves, dataset, mode, passk, label) if any(curves.values())
              else empty_figure("no sampled evaluation (evaluate.n_samples: 0)"))
     k_fig.savefig(figures["k_curves"], dpi=110)
     rl_fig = plot_rl_curves(rl_rows) if any(rl_rows.values()) else empty_figure("no RL curves")

@@ -4,7 +4,8 @@
     own_text(text, mode) -> str                         tool mode: the text without the interpreter's ```output blocks
     is_equivalent(pred, gold) -> bool                   fast normalised/numeric compare, then math-verify (time-limited)
     accuracy_reward, format_reward, pot_accuracy_reward (completions (B,), golds (B,)) -> (B,)
-    build_reward(name, mode, rewards, sandbox)          registry: accuracy | format | combined  x  cot | pot | tool
+    build_reward(name, mode, rewards, sandbox, seed)    registry: accuracy|format|combined|random  x  cot|pot|tool
+    random_reward(completions, golds, p, seed, offset)  (B,) seeded coin flips independent of the output (control)
     reference_quantities(problem) -> list[str]          the values a right solution computes (+ gold); [] if unknown
     gsm8k_quantities(solution) -> list[str]             the results of GSM8K's <<expr=result>> annotations
     solution_steps(text, quantities, mode, outcome)     per-step process rewards judged against the solution's values,
@@ -23,6 +24,7 @@ from dsmath.rewards.extract import code_blocks, extract_answer, fenced_blocks, l
 from dsmath.rewards.functions import (
     MODES,
     REWARDS,
+    RandomReward,
     RewardFn,
     accuracy_reward,
     build_reward,
@@ -31,6 +33,7 @@ from dsmath.rewards.functions import (
     own_text,
     pot_accuracy_reward,
     program_answer,
+    random_reward,
 )
 from dsmath.rewards.normalize import normalize_answer, parse_number
 from dsmath.rewards.programs import program_assignments
@@ -57,6 +60,7 @@ __all__ = [
     "NEUTRAL_STEP_REWARD",
     "QuantityPool",
     "REWARDS",
+    "RandomReward",
     "RIGHT_STEP_REWARD",
     "RewardFn",
     "StepResult",
@@ -78,6 +82,7 @@ __all__ = [
     "own_text",
     "parse_number",
     "pot_accuracy_reward",
+    "random_reward",
     "program_answer",
     "program_assignments",
     "reference_quantities",

@@ -8,11 +8,14 @@ normalises the rewards within each group of G completions of one question, (r - 
   stdout (a program that fails, times out or prints nothing scores 0).
 - format: 1.0 when the text has the expected shape for its mode, else 0.0 (R1 sec. 2.2.2 format reward).
 - combined: accuracy_weight * accuracy + format_weight * format.
+- random: 1.0 with probability `rewards.random_p`, else 0.0, independent of the output (Spurious Rewards 2025
+  control), drawn from a hash of (seed, the output's position, gold, completion): reproducible and seeded.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 from collections.abc import Callable
 from functools import partial
@@ -120,6 +123,35 @@ def combined_reward(completions: list[str], golds: list[str], *, accuracy: Rewar
     return [accuracy_weight * a + format_weight * f for a, f in zip(acc, form, strict=True)]
 
 
+def random_reward(completions: list[str], golds: list[str], *, p: float, seed: int, offset: int = 0) -> list[float]:
+    """(B,) 1.0 with probability p, else 0.0, independent of correctness (Spurious Rewards 2025 control).
+
+    Output i's draw is a uniform number from blake2b(seed, offset + i, gold, completion): deterministic for the same
+    inputs, and independent across outputs as long as their positions `offset + i` differ (two identical completions
+    of one group get different draws). The RL trainer sets `offset` to the output's position in the whole stream of
+    training outputs (:class:`RandomReward`), so that no two steps reuse a draw."""
+    _check_lengths(completions, golds)
+    out = []
+    for i, (c, g) in enumerate(zip(completions, golds, strict=True)):
+        key = "\x1f".join((str(int(seed)), str(offset + i), str(g), str(c)))
+        u = int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big") / 2**64
+        out.append(float(u < p))
+    return out
+
+
+class RandomReward:
+    """`random_reward` with probability p and seed, as a RewardFn. `offset` (default 0) is the position of the next
+    call's first output in the run's stream of outputs: the RL trainer sets it before each scored rollout batch
+    (global row (cursor + first prompt of this rank) * group_size), so draws differ across steps, sampling rounds and
+    ranks, and a resumed run (the cursor is checkpointed) draws what the uninterrupted one would have."""
+
+    def __init__(self, p: float, seed: int = 0):
+        self.p, self.seed, self.offset = p, seed, 0
+
+    def __call__(self, completions: list[str], golds: list[str]) -> list[float]:
+        return random_reward(completions, golds, p=self.p, seed=self.seed, offset=self.offset)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # registry: reward functions chosen by name from params
 
@@ -147,12 +179,17 @@ REWARDS: dict[str, Callable[[str, Rewards, Sandbox], RewardFn]] = {
     "accuracy": _accuracy,
     "format": lambda mode, rewards, sandbox: partial(format_reward, mode=mode),
     "combined": _combined,
+    "random": lambda mode, rewards, sandbox: RandomReward(rewards.random_p),
 }
 
 
 def build_reward(name: str, mode: str = "cot", rewards: Rewards | None = None,
-                 sandbox: Sandbox | None = None) -> RewardFn:
-    """The reward function `name` (accuracy | format | combined) for `mode` (cot | pot | tool), as a callable
-    (completions (B,), golds (B,)) -> (B,), with weights and limits from the params sections (defaults if None)."""
+                 sandbox: Sandbox | None = None, seed: int | None = None) -> RewardFn:
+    """The reward function `name` (accuracy | format | combined | random) for `mode` (cot | pot | tool), as a
+    callable (completions (B,), golds (B,)) -> (B,), with weights and limits from the params sections (defaults if
+    None). seed: only for `random` (a :class:`RandomReward`; default 0)."""
     factory = REWARDS[_valid("reward", name, tuple(REWARDS))]
-    return factory(_valid("mode", mode, MODES), rewards or Rewards(), sandbox or Sandbox())
+    fn = factory(_valid("mode", mode, MODES), rewards or Rewards(), sandbox or Sandbox())
+    if isinstance(fn, RandomReward) and seed is not None:
+        fn.seed = seed
+    return fn

@@ -146,7 +146,7 @@ def train_rl(params, run, seed: int, world: distributed.World | None = None) -> 
     sft_dir = Path(paths.models) / cfg.init  # the SFT model (the pretrained one for R1-Zero)
     policy, tok = load_dir(sft_dir)
     train, val = rl_problems(params)
-    scorer = Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox)
+    scorer = Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox, seed)
     tool_fn = sandbox_tool(params.sandbox) if cfg.mode == "tool" else None
     trainer = RLTrainer(cfg, policy, tok, train, scorer, seed, tool_fn, world=world,
                         dtype=distributed.resolve_dtype(params.common.dtype))

@@ -46,20 +46,28 @@ class Scores:
 
 
 class Scorer:
-    """The reward of one mode (params rl.reward: accuracy | format | combined), with accuracy and format kept apart
-    for the metrics. Each component runs once per output (programs run once in the sandbox)."""
+    """The reward of one mode (params rl.reward: accuracy | format | combined | random), with accuracy and format
+    kept apart for the metrics. Each component runs once per output (programs run once in the sandbox).
 
-    def __init__(self, reward: str, mode: str, rewards_cfg, sandbox_cfg):
+    random (Spurious Rewards control): seeded by `seed` (the RL run's seed); `offset` is the position of the next
+    call's first output in the run's stream of outputs, set by the trainer before each scored rollout batch."""
+
+    def __init__(self, reward: str, mode: str, rewards_cfg, sandbox_cfg, seed: int = 0):
         self.accuracy = build_reward("accuracy", mode, rewards_cfg, sandbox_cfg)
         self.format = build_reward("format", mode, rewards_cfg, sandbox_cfg)
+        self.random = build_reward("random", mode, rewards_cfg, sandbox_cfg, seed=seed) if reward == "random" else None
         self.reward_name = reward
         self.weights = (rewards_cfg.accuracy_weight, rewards_cfg.format_weight)
+        self.offset = 0
 
     def __call__(self, texts: list[str], golds: list[str]) -> Scores:
         acc = self.accuracy(texts, golds)
         fmt = self.format(texts, golds)
         train = {"accuracy": acc, "format": fmt}.get(self.reward_name)
-        if train is None:  # combined: the reward layer's weighting of the two components computed above
+        if self.random is not None:
+            self.random.offset = self.offset
+            train = self.random(texts, golds)
+        elif train is None:  # combined: the reward layer's weighting of the two components computed above
             train = combined_reward(texts, golds, accuracy=lambda *_: acc, fmt=lambda *_: fmt,
                                     accuracy_weight=self.weights[0], format_weight=self.weights[1])
         f = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731

@@ -164,6 +164,8 @@ class RLTrainer:
         for _ in range(cfg.dynamic_sampling_rounds if cfg.dynamic_sampling else 1):
             t0 = time.perf_counter()
             problems = self.prompts_at(self.cursor + mine.start, b)
+            if hasattr(self.scorer, "offset"):  # rl.reward random: this batch's first output in the run's stream
+                self.scorer.offset = (self.cursor + mine.start) * g
             self.cursor += cfg.prompts_per_step
             golds = [p["answer"] for p in problems for _ in range(g)]
             ro = self.rollout([ids for ids in self.encode([p["question"] for p in problems]) for _ in range(g)],
