@@ -112,15 +112,14 @@ def test_paired_difference_by_hand():
     a = {1: _record([1, 1, 0, 1], [0, 1, 0, 0], 2.0), 2: _record([1, 0, 0, 1], [0, 1, 0, 0], 2.2)}
     b = {1: _record([0, 1, 0, 1], [0, 1, 0, 0], 3.0), 2: _record([0, 0, 1, 1], [0, 1, 0, 0], 3.4)}
     d = stats.paired_difference(a, b, "greedy", "tool")
-    # per seed: 0.75 - 0.5 = 0.25 and 0.5 - 0.5 = 0; per problem seed means a (1, .5, 0, 1), b (0, .5, .5, 1)
-    assert d["diff"] == pytest.approx(0.125) and d["sd_seeds"] == pytest.approx(math.sqrt(2 * 0.125 ** 2))
-    diffs = [1.0, 0.0, -0.5, 0.0]
-    m = sum(diffs) / 4
-    se = math.sqrt(sum((x - m) ** 2 for x in diffs) / 3 / 4)
-    assert d["paired_se"] == pytest.approx(se) and d["n_problems"] == 4
-    assert stats.total_se(d) == pytest.approx(math.sqrt(se ** 2 + d["sd_seeds"] ** 2 / 2))
-    cost = stats.paired_difference(a, b, "s_per_step", "tool")
-    assert cost["diff"] == pytest.approx(-1.1) and cost["paired_se"] is None
+    # blocked on the seed: d_s = 0.75 - 0.5 = 0.25 and 0.5 - 0.5 = 0; sd 0.25 / sqrt(2) = 0.176777, SE sd / sqrt(2)
+    assert d["diff"] == pytest.approx(0.125) and d["sd_seeds"] == pytest.approx(0.1767767)
+    assert d["se"] == pytest.approx(0.125) and d["df"] == 1 and d["se_kind"] == "seeds"
+    # one seed's problem noise, beside it (not added): seed 1 per-problem diffs (1, 0, 0, 0): var 0.25, SE 0.25;
+    # seed 2 (1, 0, -1, 0): var 2/3, SE sqrt(1/6); root mean square sqrt((1/16 + 1/6) / 2) = 0.338502
+    assert d["paired_se"] == pytest.approx(0.338502, abs=1e-6) and d["n_problems"] == 4
+    cost = stats.paired_difference(a, b, "s_per_step", "tool")  # d_s = -1.0, -1.2: SE 0.1
+    assert cost["diff"] == pytest.approx(-1.1) and cost["paired_se"] is None and cost["se"] == pytest.approx(0.1)
     gain = stats.paired_difference(a, {}, "greedy", "tool", b_model="sft")  # against each run's own SFT model
     assert gain["diff"] == pytest.approx((0.5 + 0.25) / 2)
 
@@ -135,25 +134,75 @@ def test_verdict_rule():
     assert stats.verdict(0.01, 0.02, expect="same", margin=0.02) == "inconclusive"  # 0.05: too uncertain to tell
 
 
-def test_seed_se_pools_every_variant_of_the_mode():
-    # greedy per seed: x (1.0, .75) var 1/32; y (.5, .5) var 0; z (.25, .75) var 1/8; pooled over 3 df: 5/96
+def test_a_finding_is_blocked_on_the_seed_of_its_two_arms_alone():
+    # greedy per seed: x (1.0, .75), y (.5, .5): d_s = (.5, .25), mean .375, sd .176777, SE .125 on 1 df
     results = {"x": {1: _record([1, 1, 1, 1], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 0], [0, 0, 0, 0], 1.0)},
                "y": {1: _record([1, 1, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([0, 0, 1, 1], [0, 0, 0, 0], 1.0)},
                "z": {1: _record([1, 0, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 0], [0, 0, 0, 0], 1.0)}}
-    pooled, df = stats.pooled_seed_sd(results, "greedy", "tool")
-    assert df == 3 and pooled == pytest.approx(math.sqrt(5 / 96))
     row = stats.finding_row(Finding(claim="c", source="s", a="x", b="y"), results)
-    assert row["diff"] == pytest.approx(0.375) and row["seed_se"] == pytest.approx(math.sqrt(5 / 96))  # sqrt(1/2+1/2)
-    assert row["se"] == pytest.approx(math.sqrt(row["paired_se"] ** 2 + 5 / 96))
+    assert row["diff"] == pytest.approx(0.375) and row["se"] == pytest.approx(0.125) and row["df"] == 1
+    assert row["mde"] == pytest.approx((12.7062 + 1.3764) * 0.125, abs=1e-3)  # t_.975,1 + t_.80,1
+    assert row["verdict"] == "holds"  # 0.375 > 2 x 0.125 (the 2-SE rule; its MDE says 1.76)
+    noisy_z = results | {"z": {1: _record([0, 0, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 1], [0] * 4, 1.0)}}
+    assert stats.finding_row(Finding(claim="c", source="s", a="x", b="y"), noisy_z)["se"] == row["se"]  # no pooling
     vs_sft = stats.finding_row(Finding(claim="c", source="s", a="x", b="sft"), results)
-    assert vs_sft["seed_se"] == pytest.approx(math.sqrt(5 / 96 / 2))  # the SFT model is one fixed model
+    assert vs_sft["diff"] == pytest.approx(0.875) and vs_sft["se"] == pytest.approx(0.125)  # d_s = (1, .75)
     cost = stats.finding_row(Finding(claim="c", source="s", a="x", b="y", metric="s_per_step"), results)
-    assert cost["seed_se"] is None and cost["se"] == pytest.approx(0.0)  # costs: the pair's own sd
+    assert cost["se"] == pytest.approx(0.0) and cost["paired_se"] is None  # costs: the pair's own d_s
+
+
+def test_seed_blocked_se_and_mde_by_hand():
+    r = stats.seed_blocked([0.02, 0.04, 0.03])  # mean 0.03, sd 0.01, SE 0.01 / sqrt(3) = 0.005774 on 2 df
+    assert r["diff"] == pytest.approx(0.03) and r["sd"] == pytest.approx(0.01)
+    assert r["se"] == pytest.approx(0.005774, abs=1e-6) and r["df"] == 2
+    assert stats.mde(r["se"], r["df"]) == pytest.approx((4.3027 + 1.0607) * 0.005774, abs=1e-4)  # 0.03097
+    assert stats.mde(r["se"], r["df"]) == pytest.approx(0.03097, abs=1e-5)
+    assert stats.mde(0.01) == pytest.approx((1.95996 + 0.84162) * 0.01, abs=1e-6)  # no df: the normal
+    assert stats.mde(0.01, float("inf")) == pytest.approx(stats.mde(0.01))
+    assert stats.mde(None) is None and stats.seed_blocked([0.02])["se"] is None
+
+
+def test_seeds_needed_by_hand():
+    # sd of d_s 1.6 points, target MDE 2 points: n = 7 gives (2.4469 + 0.9057) x 0.016 / sqrt(7) = 0.020275 > 0.02,
+    # n = 8 gives (2.3646 + 0.8960) x 0.016 / sqrt(8) = 0.018445
+    assert stats.seeds_needed(0.016, 0.02) == 8
+    assert stats.mde(0.016 / math.sqrt(7), 6) == pytest.approx(0.020275, abs=1e-5)
+    # a large target: n = 2 already gives (12.7062 + 1.3764) x 0.01 / sqrt(2) = 0.09958
+    assert stats.seeds_needed(0.01, 0.1) == 2 and stats.seeds_needed(0.01, 0.099) == 3
+    assert stats.seeds_needed(0.0, 0.01) == 2 and stats.seeds_needed(1.0, 1e-6, max_n=50) is None
+
+
+def test_one_seed_falls_back_to_the_paired_se_over_problems():
+    a = {1: _record([1, 1, 0, 1], [0, 1, 0, 0], 2.0)}
+    b = {1: _record([0, 1, 0, 1], [0, 1, 0, 0], 3.0), 2: _record([0, 0, 1, 1], [0, 1, 0, 0], 3.4)}
+    row = stats.finding_row(Finding(claim="c", source="s", a="a", b="b"), {"a": a, "b": b})
+    # one common seed: per-problem diffs (1, 0, 0, 0): SE sqrt(0.25 / 4) = 0.25, df None (the normal)
+    assert row["n_seeds"] == 1 and row["se_kind"] == "problems (1 seed)" and row["df"] is None
+    assert row["se"] == pytest.approx(0.25) and row["paired_se"] == pytest.approx(0.25)
+    assert row["mde"] == pytest.approx((1.95996 + 0.84162) * 0.25, abs=1e-5)
+    cost = stats.finding_row(Finding(claim="c", source="s", a="a", b="b", metric="s_per_step"), {"a": a, "b": b})
+    assert cost["se"] is None and cost["mde"] is None and cost["verdict"] == "inconclusive"
+
+
+def test_planned_mde_from_a_pilot_and_its_validation(tmp_path):
+    results = {"x": {1: _record([1, 1, 1, 1], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 0], [0, 0, 0, 0], 1.0)},
+               "y": {1: _record([1, 1, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([0, 0, 1, 1], [0, 0, 0, 0], 1.0)}}
+    row = stats.finding_row(Finding(claim="c", source="s", a="x", b="y"), results, pilot_sd=1.6)
+    assert row["planned_mde"] == pytest.approx((12.7062 + 1.3764) * 0.016 / math.sqrt(2), abs=1e-4)  # 0.15933
+    cost = stats.finding_row(Finding(claim="c", source="s", a="x", b="y", metric="s_per_step"), results,
+                             pilot_sd=1.6)
+    assert cost["planned_mde"] is None  # the pilot's sd is of accuracies
+    base = "name: t\nseeds: [1, 2]\nvariants: {a: {}}\n"
+    assert load_study(_write(tmp_path, base + "pilot_sd: 1.6\n"), ROOT / "params.yaml").pilot_sd == 1.6
+    assert load_study(_write(tmp_path, base), ROOT / "params.yaml").pilot_sd is None
+    for bad in ("0", "-1", "abc", "true", "200"):
+        with pytest.raises(ParamsError, match="pilot_sd must be"):
+            load_study(_write(tmp_path, base + f"pilot_sd: {bad}\n"), ROOT / "params.yaml")
 
 
 def test_report_tables_are_the_records(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    text = ("name: t\nseeds: [1, 2]\nresults: res\nreport: out/study.md\n"
+    text = ("name: t\nseeds: [1, 2]\nresults: res\nreport: out/study.md\npilot_sd: 1.6\n"
             "variants:\n  grpo: {overrides: {}}\n  ppo: {overrides: {rl.algorithm: ppo}}\n"
             "findings:\n  - {claim: GRPO beats PPO, source: s, a: grpo, b: ppo}\n"
             "  - {claim: GRPO is faster, source: s, a: grpo, b: ppo, metric: s_per_step, lower_is_better: true}\n")
@@ -178,7 +227,20 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
     assert cells[4] == "75.0 ± 0.0" and cells[7] == "2.10"
     assert cells[6].startswith("+62.5")  # gain over SFT 0.25: (1 + .75) / 2 - .25
     verdicts = {f["claim"]: f["verdict"] for f in out["findings"]}
-    assert verdicts == {"GRPO beats PPO": "inconclusive", "GRPO is faster": "holds"}
+    # blocked on the seed: greedy d_s = 1 - .5 and .75 - .5, mean .375, SE .125 (3 SE: holds by the 2-SE rule; the
+    # paired SE over problems is no longer added on top), MDE (12.7062 + 1.3764) x .125 = 1.7603 on 1 df
+    assert verdicts == {"GRPO beats PPO": "holds", "GRPO is faster": "holds"}
+    beats = next(line for line in md.splitlines() if line.startswith("| GRPO beats PPO"))
+    assert "**holds** (MDE 176.0 points)" in beats and "12.50 (seeds, df 1)" in beats
+    assert "| 176.03 | 15.93 |" in beats  # MDE and the pilot's planned MDE (1.6 points, 2 seeds), in points
+    assert "MDE 0.17 s/step" not in md and "MDE" in md
+    assert "2 seeds give an MDE of 15.9 points" in md  # pilot_sd 1.6
+    finding = next(f for f in out["findings"] if f["claim"] == "GRPO beats PPO")
+    assert finding["mde"] == pytest.approx(1.7603, abs=1e-3) and finding["se_kind"] == "seeds"
+    fits_line = next(line for line in md.splitlines() if line.startswith("| grpo | 2 |"))
+    assert "2 points (< 4): no fit" in fits_line  # steps 0 and 10 only
+    records_line = next(line for line in md.splitlines() if line.startswith("| grpo | 1, 2 |"))
+    assert records_line.endswith("| current |") and "0 of 4 records are stale" in md
     assert (tmp_path / "out" / "study" / "maj_pass_at_k.png").exists()
     assert "4 runs" in md and "250 GFLOP/s" in md
     dvc_plot = (tmp_path / "out" / "study" / "val_curves" / "grpo.csv").read_text().split()
@@ -193,3 +255,137 @@ def test_findings_compare_like_with_like():
     row = stats.finding_row(f, results)  # maj@k: the largest k sampled (8), against x's own SFT model
     assert row["mode"] == "tool" and row["n_seeds"] == 1 and row["diff"] == pytest.approx(1.0)
     assert row["paired_se"] == 0.0 and row["verdict"] == "holds"  # every problem moved from wrong to right
+
+
+def test_the_scalerl_fit_recovers_a_known_curve():
+    from dsmath.study import fits
+
+    a, b, c_mid, r0 = 0.72, 1.3, 900.0, 0.40
+    compute = [0.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0]
+    acc = [fits.sigmoid(c, a, b, c_mid, r0) for c in compute]
+    assert acc[0] == pytest.approx(r0)  # R(0) = R0: the start value
+    # by hand at C = C_mid: R0 + (A - R0) / 2 = 0.56
+    assert fits.sigmoid(c_mid, a, b, c_mid, r0) == pytest.approx(0.56)
+    fit = fits.fit_curve(compute, acc, r0=r0)
+    assert fit["A"] == pytest.approx(a, abs=1e-3) and fit["B"] == pytest.approx(b, abs=1e-3)
+    assert fit["C_mid"] == pytest.approx(c_mid, rel=1e-3) and fit["rmse"] < 1e-6
+    seeds = fits.fit_seeds([dict(zip(compute, acc, strict=True))] * 3)
+    assert seeds["R0"] == pytest.approx(r0) and seeds["A"] == pytest.approx(a, abs=1e-3)
+    assert seeds["A_ci"][0] == pytest.approx(a, abs=1e-3) and seeds["A_ci"][1] == pytest.approx(a, abs=1e-3)
+    short = fits.fit_seeds([{0.0: 0.4, 64.0: 0.5, 128.0: 0.55}])
+    assert short["A"] is None and short["note"] == "3 points (< 4): no fit"
+    assert fits.fit_seeds([{64.0: 0.5, 128.0: 0.55, 256.0: 0.6, 512.0: 0.6}])["note"].startswith("no start value")
+    assert fits.run_curve([{"step": 0.0, "val_greedy_acc": 0.5}, {"step": 1.0, "reward_mean": 0.2},
+                           {"step": 10.0, "val_greedy_acc": 0.6}], 64) == {0.0: 0.5, 640.0: 0.6}
+
+
+def test_the_bootstrap_over_seeds_brackets_the_truth():
+    from dsmath.study import fits
+
+    a, b, c_mid, r0 = 0.65, 1.0, 600.0, 0.50
+    compute = [0.0, 200.0, 400.0, 800.0, 1600.0, 3200.0]
+    truth = [fits.sigmoid(c, a, b, c_mid, r0) for c in compute]
+    # four seeds scattered around the truth (their mean is the truth): +-1 point, in opposite signs per step
+    signs = [(1, -1, 1, -1, 1), (-1, 1, -1, 1, -1), (1, 1, -1, -1, 1), (-1, -1, 1, 1, -1)]
+    curves = [{0.0: r0} | {c: y + 0.01 * s for c, y, s in zip(compute[1:], truth[1:], sg, strict=True)}
+              for sg in signs]
+    out = fits.fit_seeds(curves)
+    assert out["A"] == pytest.approx(a, abs=1e-3) and out["B"] == pytest.approx(b, abs=1e-3)  # the mean curve
+    assert out["boot_ok"] == fits.BOOTSTRAP_RESAMPLES
+    lo, hi = out["A_ci"]
+    assert lo < a < hi and hi - lo > 0.005
+    lo, hi = out["B_ci"]
+    assert lo < b < hi
+    assert fits.fit_seeds(curves) == out  # a fixed bootstrap seed: the same intervals every time
+
+
+def _code_tree(root: Path) -> None:
+    files = {
+        "dvc.yaml": ("stages:\n"
+                     "  prep:\n    cmd: x\n    deps: [src/pkg/prep.py, data/raw]\n"
+                     "    outs: ['${common.paths.models}/prep']\n"
+                     "  train:\n    foreach: ${common.rl_seeds}\n    do:\n      cmd: x\n"
+                     "      deps: [src/pkg/train, '${common.paths.models}/prep']\n"
+                     "      outs: ['${common.paths.models}/model-${item}']\n"
+                     "  unrelated:\n    cmd: x\n    deps: [src/pkg/other.py, stages/other.py]\n"
+                     "    outs: [elsewhere]\n"),
+        "src/pkg/prep.py": "A = 1\n", "src/pkg/train/__init__.py": "", "src/pkg/train/loop.py": "B = 2\n",
+        "src/pkg/other.py": "C = 3\n", "stages/other.py": "D = 4\n", "data/raw/x.txt": "data\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def test_the_code_key_hashes_the_code_of_the_stages_the_targets_reach(tmp_path):
+    from dsmath.study import codekey
+
+    _code_tree(tmp_path)
+    params = {"common": {"paths": {"models": "out"}, "rl_seeds": [1, 2]}}
+    stages = codekey._parse((tmp_path / "dvc.yaml").read_text())
+    assert codekey.reached_stages(stages, ["train@2"], params) == ["prep", "train@2"]  # through out/prep
+    assert codekey.reached_stages(stages, ["train"], params) == ["prep", "train@1", "train@2"]
+    key = codekey.study_code_hash(["train@1"], params, tmp_path)
+    assert key == codekey.study_code_hash(["train@1"], params, tmp_path)  # deterministic
+    for rel in ("src/pkg/other.py", "stages/other.py", "data/raw/x.txt"):  # code of another stage, or data
+        (tmp_path / rel).write_text((tmp_path / rel).read_text() + "# edited\n")
+        assert codekey.study_code_hash(["train@1"], params, tmp_path) == key, rel
+    (tmp_path / "src/pkg/train/__pycache__").mkdir()
+    (tmp_path / "src/pkg/train/__pycache__/loop.cpython-312.pyc").write_bytes(b"\0")
+    assert codekey.study_code_hash(["train@1"], params, tmp_path) == key  # bytecode is not code
+    for rel in ("src/pkg/prep.py", "src/pkg/train/loop.py"):  # a file of a folder dep, a dep upstream
+        before = codekey.study_code_hash(["train@1"], params, tmp_path)
+        data = bytearray((tmp_path / rel).read_bytes())
+        data[0] ^= 1  # one byte
+        (tmp_path / rel).write_bytes(bytes(data))
+        assert codekey.study_code_hash(["train@1"], params, tmp_path) != before, rel
+    (tmp_path / "src/pkg/train/new.py").write_text("")  # a new file in a folder dep
+    assert codekey.study_code_hash(["train@1"], params, tmp_path) != before
+
+
+def test_a_runs_key_holds_its_code_and_the_real_graph_follows_sft_init(tmp_path):
+    import dataclasses
+
+    from dsmath.core import codedeps
+    from dsmath.study import codekey
+
+    study = load_study(ROOT / "configs" / "study-smoke.yaml", ROOT / "configs" / "smoke.yaml")
+    _code_tree(tmp_path)
+    local = dataclasses.replace(study, targets=["train@1234"], code_root=str(tmp_path))
+    key, settings = local.run_key("grpo", 1234), local.settings_key("grpo", 1234)
+    (tmp_path / "src/pkg/prep.py").write_text("A = 2\n")
+    edited = local.run_key("grpo", 1234)
+    assert edited != key and local.settings_key("grpo", 1234) == settings
+    (tmp_path / "src/pkg/other.py").write_text("C = 4\n")  # code of a stage the target does not reach
+    assert local.run_key("grpo", 1234) == edited
+    # the project's dvc.yaml: evaluate@rl reaches rl@<seed>, sft and, through sft.init, pretrain or base only
+    stages = codekey._parse((codedeps.ROOT / "dvc.yaml").read_text())
+    params = variant_params(study, "grpo", 1234, ROOT / "configs" / "smoke.yaml").model_dump()
+    reached = codekey.reached_stages(stages, ["evaluate@sft", "evaluate@rl"], params)
+    assert {"rl@1234", "sft", "pretrain", "base", "tokenizer", "corpus"} <= set(reached)
+    assert "rl@1235" not in reached and "report" not in reached
+    params["sft"]["init"] = "base"
+    assert "pretrain" not in codekey.reached_stages(stages, ["evaluate@sft"], params)
+
+
+def test_the_report_keeps_stale_records_and_names_their_commits(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = "name: t\nseeds: [1, 2]\nresults: res\nreport: out/study.md\nvariants:\n  grpo: {overrides: {}}\n"
+    study = load_study(_write(tmp_path, text), ROOT / "params.yaml")
+    old = {"key": study.settings_key("grpo", 1), "git_commit": "aaaaaaa1"}  # a record from before code keys
+    new = {"key": study.run_key("grpo", 2), "settings_key": study.settings_key("grpo", 2),
+           "code_key": study.code_key("grpo", 2), "git_commit": "bbbbbbb2"}
+    for seed, extra in ((1, old), (2, new)):
+        path = study.result_path("grpo", seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(_record([1, 1, 0, 0], [0, 1, 0, 0], 1.0) | extra | {"variant": "grpo",
+                                                                                        "seed": seed}))
+    results = sr.load_results(study)
+    assert sorted(results["grpo"]) == [1, 2]  # the stale record is still reported
+    (status,) = sr.code_status(study, results)
+    assert status["stale"] == [1] and status["no_key"] == [1] and status["commits"] == ["aaaaaaa", "bbbbbbb"]
+    other = dict(new, settings_key="0" * 16, key="1" * 16)  # other settings: not this study's run
+    study.result_path("grpo", 2).write_text(json.dumps(_record([1, 1, 0, 0], [0, 1, 0, 0], 1.0) | other))
+    assert sorted(sr.load_results(study)["grpo"]) == [1]
+    md = Path(sr.build_study_report(study)["report"]).read_text()
+    assert "| grpo | 1 | aaaaaaa |" in md and "**stale** (seeds 1: recorded before code keys)" in md

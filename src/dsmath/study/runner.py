@@ -210,7 +210,8 @@ def collect(study: Study, variant: str, seed: int, params, exp_name: str, sft_pr
     keep = lambda m: {k: v for k, v in m.items() if k.startswith(("synthetic/", "val/synthetic/"))}  # noqa: E731
     return {
         "study": study.name, "variant": variant, "label": study.variants[variant].label, "seed": seed,
-        "key": study.run_key(variant, seed), "exp_name": exp_name,
+        "key": study.run_key(variant, seed), "settings_key": study.settings_key(variant, seed),
+        "code_key": study.code_key(variant, seed), "exp_name": exp_name,
         "overrides": study.overrides(variant, seed), "mode": params.rl.mode, "algorithm": params.rl.algorithm,
         "rl": read(Path(paths.metrics) / "rl" / f"{name}.json"),
         "curve": _read_csv(Path(paths.plots) / "rl" / f"{name}.csv"),
@@ -237,7 +238,7 @@ def log_child(run: tracking.StageRun, result: dict, params) -> None:
 
 
 def current_record(study: Study, variant: str, seed: int) -> dict | None:
-    """The kept record of a variant x seed if its settings key still matches (then it is not run again)."""
+    """The kept record of a variant x seed if its key (settings and code) still matches (then it is not run again)."""
     out = study.result_path(variant, seed)
     if not out.exists():
         return None

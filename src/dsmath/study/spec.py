@@ -67,6 +67,8 @@ class Study:
     report: str = "reports/study.md"
     profile: str = "params.yaml"  # the params file the variants overlay
     equivalence_margin: float = DEFAULT_EQUIVALENCE_MARGIN  # `expect: same` holds when difference +- 2 SE lies within
+    pilot_sd: float | None = None  # sd of per-seed paired differences (accuracy points) a pilot measured: planned MDE
+    code_root: str | None = None  # the DVC project whose dvc.yaml and code the code key reads (None: codekey's default)
 
     def runs(self, variants: list[str] | None = None, seeds: list[int] | None = None) -> list[tuple[str, int]]:
         """(variant, seed) pairs to run, variant-major in the file's order (a subset when asked)."""
@@ -93,14 +95,28 @@ class Study:
         (a seed's stage does not depend on the others'), one evaluation of them all, the shared stages once."""
         return {**self.shared, **self.variants[variant].overrides, "common.rl_seeds": list(seeds)}
 
-    def run_key(self, variant: str, seed: int) -> str:
-        """Identity of a run's settings (every param it runs with, its targets): a finished run whose key still
-        matches is not run again. Code is not in it: after changing the code a run depends on, delete its record."""
+    def settings_key(self, variant: str, seed: int) -> str:
+        """Identity of a run's settings (every param it runs with, its targets): the key records had before the code
+        joined it (:meth:`run_key`), so the report still finds a record made by other code, and flags it stale."""
         params = variant_params(self, variant, seed, self.profile).model_dump()
         for section, key, off in KEY_NEUTRAL_WHEN_OFF:
             if params[section].get(key) == off:
                 del params[section][key]
         text = json.dumps({"params": params, "targets": self.targets}, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def code_key(self, variant: str, seed: int) -> str:
+        """Identity of the code a run depends on: the hash of the code deps dvc.yaml lists for every stage the
+        study's targets reach with the run's params (:func:`dsmath.study.codekey.study_code_hash`)."""
+        from dsmath.study.codekey import study_code_hash
+
+        params = variant_params(self, variant, seed, self.profile).model_dump()
+        return study_code_hash(self.targets, params, Path(self.code_root) if self.code_root else None)
+
+    def run_key(self, variant: str, seed: int) -> str:
+        """Identity of a run: its settings (:meth:`settings_key`) and the code it depends on (:meth:`code_key`). A
+        finished run whose key still matches is not run again; a change of its settings or of that code re-runs it."""
+        text = f"{self.settings_key(variant, seed)}:{self.code_key(variant, seed)}"
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def exp_name(self, variant: str, seeds: Sequence[int]) -> str:
@@ -145,6 +161,16 @@ def variant_params(study: Study, variant: str, seed: int, params_file: str | Pat
         raise ParamsError(f"study {study.name}, variant {variant}: {err}") from None
 
 
+def _pilot_sd(path: Path, value: Any) -> float | None:
+    """The study file's `pilot_sd`: a positive number of accuracy points (1.6 = 1.6 points), or absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 100 or value != value:
+        raise ParamsError(f"{path}: pilot_sd must be a number of accuracy points in (0, 100] (the sd of per-seed "
+                          f"paired differences a pilot measured; got {value!r})")
+    return float(value)
+
+
 def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Study:
     """Read and validate a study file (every variant x seed against `params_file`)."""
     p = Path(path)
@@ -153,7 +179,7 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
     except FileNotFoundError:
         raise ParamsError(f"{p}: study file not found") from None
     known = {"name", "seeds", "targets", "shared", "variants", "figures", "findings", "results", "report",
-             "equivalence_margin"}
+             "equivalence_margin", "pilot_sd"}
     if extra := sorted(set(raw) - known):
         raise ParamsError(f"{p}: unknown keys {', '.join(extra)} (allowed: {', '.join(sorted(known))})")
     variants = {}
@@ -176,7 +202,8 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
                   shared=dict(raw.get("shared") or {}), variants=variants, figures=figures, findings=findings,
                   results=str(raw.get("results") or f"study/{raw.get('name') or p.stem}"),
                   report=str(raw.get("report") or "reports/study.md"), profile=str(params_file),
-                  equivalence_margin=float(raw.get("equivalence_margin", DEFAULT_EQUIVALENCE_MARGIN)))
+                  equivalence_margin=float(raw.get("equivalence_margin", DEFAULT_EQUIVALENCE_MARGIN)),
+                  pilot_sd=_pilot_sd(p, raw.get("pilot_sd")))
     for f in findings:
         for v in (f.a, f.b):
             if v not in variants and not (v == "sft" and v is f.b):

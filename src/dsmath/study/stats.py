@@ -1,5 +1,7 @@
-"""The study's statistics: a run's metrics, the difference of two variants with its uncertainty (paired over the
-test problems, pooled across seeds), and the rule each finding is judged by. Pure functions of the run records."""
+"""The study's statistics: a run's metrics, the difference of two variants with its uncertainty (blocked on the
+seed: the same seed is the same prompt order and sampling stream in both arms), the effect its seeds can detect
+(MDE at 80% power), the seeds a target MDE needs, and the rule each finding is judged by. Pure functions of the run
+records."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import math
 from dsmath.reporting.paper import sd, standard_error_of_delta
 from dsmath.study.spec import DEFAULT_EQUIVALENCE_MARGIN, Finding
 
+ALPHA, POWER = 0.05, 0.80  # two-sided level and power of the minimum detectable effect
 COST_METRICS = {"s_per_step": "s/step", "peak_rss_mb": "peak RSS (MB)", "trainer_state_mb": "trainer state (MB)"}
 
 
@@ -43,59 +46,97 @@ def mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def t_quantile(p: float, df: float | None = None) -> float:
+    """The p-quantile of Student's t with `df` degrees of freedom (the normal's for df None or infinite)."""
+    from scipy.stats import norm, t
+
+    if df is None or math.isinf(df):
+        return float(norm.ppf(p))
+    return float(t.ppf(p, df))
+
+
+def mde(se: float | None, df: float | None = None, alpha: float = ALPHA, power: float = POWER) -> float | None:
+    """Minimum detectable effect: the true difference a two-sided test at level `alpha` detects with probability
+    `power`, given the standard error `se` on `df` degrees of freedom: (t_{1-alpha/2,df} + t_{power,df}) * SE.
+
+    >>> round(mde(0.01), 5)  # normal: (1.95996 + 0.84162) * 0.01
+    0.02802
+    >>> round(mde(0.01, df=2), 5)  # two seeds' worth of freedom cost: (4.30265 + 1.06066) * 0.01
+    0.05363
+    """
+    if se is None or se != se or (df is not None and df < 1):
+        return None
+    return (t_quantile(1 - alpha / 2, df) + t_quantile(power, df)) * se
+
+
+def seeds_needed(sd_d: float, target_mde: float, alpha: float = ALPHA, power: float = POWER,
+                 max_n: int = 10_000) -> int | None:
+    """The fewest seeds n (>= 2) whose seed-blocked analysis detects `target_mde`: the smallest n with
+    (t_{1-alpha/2,n-1} + t_{power,n-1}) * sd_d / sqrt(n) <= target_mde, for `sd_d` the sd of the per-seed paired
+    differences (a pilot's); None when more than `max_n` would be needed.
+
+    >>> seeds_needed(0.016, 0.02)  # sd 1.6 points, target 2 points: 7 seeds give 2.03, 8 give 1.84
+    8
+    """
+    if sd_d <= 0:
+        return 2
+    for n in range(2, max_n + 1):
+        if mde(sd_d / math.sqrt(n), n - 1, alpha, power) <= target_mde:
+            return n
+    return None
+
+
+def seed_blocked(diffs: list[float]) -> dict:
+    """Mean of the per-seed paired differences d_s and its standard error sd(d_s) / sqrt(n) on n - 1 degrees of
+    freedom (None below two seeds).
+
+    >>> r = seed_blocked([0.02, 0.04, 0.03])
+    >>> round(r["diff"], 6), round(r["sd"], 6), round(r["se"], 6), r["df"]
+    (0.03, 0.01, 0.005774, 2)
+    """
+    n = len(diffs)
+    s = sd(diffs) if n else float("nan")
+    return {"n": n, "diff": mean(diffs), "sd": s, "se": s / math.sqrt(n) if n >= 2 else None,
+            "df": n - 1 if n >= 2 else None}
+
+
 def paired_difference(a_runs: dict[int, dict], b_runs: dict[int, dict], metric: str, mode: str,
                       b_model: str = "rl") -> dict:
-    """a - b on `metric`: per-seed differences (seeds both have), their mean and sd across seeds, and the paired
-    standard error over problems of the seed-mean difference (d_i = mean_s a_si - mean_s b_si; None for costs)."""
+    """a - b on `metric`, blocked on the seed: a seed is the same prompt order and sampling stream in both arms, so
+    d_s = metric(a, s) - metric(b, s) over the seeds both have (against the SFT model, b_model "sft": a's run minus
+    the SFT model it started from, in the same record). The difference is mean d_s, its SE sd(d_s) / sqrt(n) on
+    n - 1 degrees of freedom (`se_kind` "seeds"). Beside it, for accuracies, the paired standard error over the test
+    problems of one seed's difference (root mean square over the seeds of each seed's paired SE): the problem noise
+    each d_s already holds, so it is not added on top. With one seed that is the SE (`se_kind` "problems (1 seed)",
+    df None: the normal)."""
     seeds = sorted(set(a_runs) & set(b_runs)) if b_model == "rl" else sorted(a_runs)
     b_of = (lambda s: b_runs[s]) if b_model == "rl" else (lambda s: a_runs[s])  # noqa: E731  (sft: a's own)
-    diffs = []
+    diffs, used = [], []
     for s in seeds:
         va, vb = metric_of(a_runs[s], metric, mode), metric_of(b_of(s), metric, mode, b_model)
         if va is not None and vb is not None:
             diffs.append(va - vb)
-    out = {"n_seeds": len(diffs), "diff": mean(diffs), "sd_seeds": sd(diffs) if diffs else float("nan"),
-           "paired_se": None, "n_problems": 0}
+            used.append(s)
+    blocked = seed_blocked(diffs)
+    out = {"n_seeds": blocked["n"], "seeds": used, "diffs": diffs, "diff": blocked["diff"], "sd_seeds": blocked["sd"],
+           "seed_se": blocked["se"], "df": blocked["df"], "paired_se": None, "n_problems": 0,
+           "se": blocked["se"], "se_kind": "seeds" if blocked["se"] is not None else None}
     if metric in COST_METRICS or not diffs:
         return out
-    tables_a = [per_problem(a_runs[s], metric, mode) for s in seeds]
-    tables_b = [per_problem(b_of(s), metric, mode, b_model) for s in seeds]
-    if any(t is None for t in tables_a + tables_b):
-        return out
-    ids = sorted(set.intersection(*(set(t) for t in tables_a + tables_b)))
-    if len(ids) < 2:
-        return out
-    mean_a = [sum(t[i] for t in tables_a) / len(tables_a) for i in ids]
-    mean_b = [sum(t[i] for t in tables_b) / len(tables_b) for i in ids]
-    out |= {"paired_se": standard_error_of_delta(mean_b, mean_a), "n_problems": len(ids)}
+    per_seed, n_problems = [], []
+    for s in used:
+        ta, tb = per_problem(a_runs[s], metric, mode), per_problem(b_of(s), metric, mode, b_model)
+        if ta is None or tb is None:
+            return out
+        ids = sorted(set(ta) & set(tb))
+        if len(ids) < 2:
+            return out
+        per_seed.append(standard_error_of_delta([tb[i] for i in ids], [ta[i] for i in ids]))
+        n_problems.append(len(ids))
+    out |= {"paired_se": math.sqrt(sum(x * x for x in per_seed) / len(per_seed)), "n_problems": min(n_problems)}
+    if out["se"] is None:  # one seed: its problem noise is all there is to go on
+        out |= {"se": out["paired_se"], "se_kind": "problems (1 seed)"}
     return out
-
-
-def pooled_seed_sd(results: dict[str, dict[int, dict]], metric: str, mode: str) -> tuple[float, int] | None:
-    """The across-seed sd of `metric` pooled over every variant run in `mode` (each variant's seed variance, weighted
-    by its degrees of freedom), and those degrees of freedom; None with no variant of two seeds. With two seeds a
-    pair's own sd has one degree of freedom; the pool has one per variant."""
-    ss, df = 0.0, 0
-    for runs in results.values():
-        values = [v for r in runs.values() if r["mode"] == mode
-                  and (v := metric_of(r, metric, mode)) is not None]
-        if len(values) >= 2:
-            ss += sd(values) ** 2 * (len(values) - 1)
-            df += len(values) - 1
-    return (math.sqrt(ss / df), df) if df else None
-
-
-def total_se(d: dict) -> float | None:
-    """Standard error of the mean difference from both sources, added in quadrature: the test problems (paired SE)
-    and the seeds (`seed_se` when set, else the pair's own sd / sqrt(n)); None when neither is known."""
-    parts = []
-    if d.get("paired_se") is not None:
-        parts.append(d["paired_se"])
-    if d.get("seed_se") is not None:
-        parts.append(d["seed_se"])
-    elif d["n_seeds"] >= 2 and not math.isnan(d["sd_seeds"]):
-        parts.append(d["sd_seeds"] / math.sqrt(d["n_seeds"]))
-    return math.sqrt(sum(p * p for p in parts)) if parts else None
 
 
 def verdict(diff: float | None, se: float | None, lower_is_better: bool = False, expect: str = "better",
@@ -121,22 +162,20 @@ def verdict(diff: float | None, se: float | None, lower_is_better: bool = False,
 
 
 def finding_row(f: Finding, results: dict[str, dict[int, dict]],
-                margin: float = DEFAULT_EQUIVALENCE_MARGIN) -> dict:
-    """One claim's difference, its uncertainty and verdict. For accuracies the seed part of the SE is the pooled
-    across-seed sd (:func:`pooled_seed_sd`) times sqrt(2/n) over the n seeds both have (sqrt(1/n) against the SFT
-    model, one fixed model); costs use the pair's own sd over seeds."""
+                margin: float = DEFAULT_EQUIVALENCE_MARGIN, pilot_sd: float | None = None) -> dict:
+    """One claim's seed-blocked difference (:func:`paired_difference`), its SE, the MDE at 80% power its seeds give
+    (`mde`), the verdict by :func:`verdict`, and with a pilot's sd of per-seed paired differences (`pilot_sd`, in
+    accuracy points; accuracies only) the MDE planned for its number of seeds (`planned_mde`). Every comparison is
+    of `a` and `b` alone: no other variant's seed variance enters it."""
     if f.a not in results or (f.b not in results and f.b != "sft"):
-        return {"finding": f, "diff": None, "se": None, "verdict": "not run"}
+        return {"finding": f, "diff": None, "se": None, "mde": None, "planned_mde": None, "verdict": "not run"}
     mode = next(iter(results[f.a].values()))["mode"]
     if f.b == "sft":
         d = paired_difference(results[f.a], {}, f.metric, mode, b_model="sft")
     else:
         d = paired_difference(results[f.a], results[f.b], f.metric, mode)
-    d["seed_se"], d["pooled_sd"], d["pooled_df"] = None, None, 0
-    pooled = None if f.metric in COST_METRICS else pooled_seed_sd(results, f.metric, mode)
-    if pooled is not None and d["n_seeds"]:  # over the n seeds the difference is averaged on: a's and b's runs
-        d["pooled_sd"], d["pooled_df"] = pooled
-        d["seed_se"] = pooled[0] * math.sqrt((1 if f.b == "sft" else 2) / d["n_seeds"])
-    se = total_se(d)
-    return {"finding": f, "mode": mode, **d, "se": se,
-            "verdict": verdict(d["diff"], se, f.lower_is_better, f.expect, margin)}
+    planned = None
+    if pilot_sd is not None and f.metric not in COST_METRICS and d["n_seeds"] >= 2:
+        planned = mde(pilot_sd / 100 / math.sqrt(d["n_seeds"]), d["n_seeds"] - 1)
+    return {"finding": f, "mode": mode, **d, "mde": mde(d["se"], d["df"]), "planned_mde": planned,
+            "verdict": verdict(d["diff"], d["se"], f.lower_is_better, f.expect, margin)}
