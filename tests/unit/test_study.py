@@ -132,6 +132,10 @@ def test_verdict_rule():
     assert stats.verdict(0.05, 0.02, expect="same") == "does not hold"
     assert stats.verdict(0.005, 0.005, expect="same", margin=0.02) == "holds"  # |d| + 2 SE = 0.015
     assert stats.verdict(0.01, 0.02, expect="same", margin=0.02) == "inconclusive"  # 0.05: too uncertain to tell
+    # few seeds: the bar is Student's t_{0.975, df}, not 2 (df 1: 12.706; df 6: 2.447)
+    assert stats.verdict(0.05, 0.02, df=1) == "inconclusive" and stats.verdict(0.26, 0.02, df=1) == "holds"
+    assert stats.verdict(0.048, 0.02, df=6) == "inconclusive" and stats.verdict(0.05, 0.02, df=6) == "holds"
+    assert stats.verdict(0.05, 0.02, df=1000) == "holds"
 
 
 def test_a_finding_is_blocked_on_the_seed_of_its_two_arms_alone():
@@ -142,7 +146,7 @@ def test_a_finding_is_blocked_on_the_seed_of_its_two_arms_alone():
     row = stats.finding_row(Finding(claim="c", source="s", a="x", b="y"), results)
     assert row["diff"] == pytest.approx(0.375) and row["se"] == pytest.approx(0.125) and row["df"] == 1
     assert row["mde"] == pytest.approx((12.7062 + 1.3764) * 0.125, abs=1e-3)  # t_.975,1 + t_.80,1
-    assert row["verdict"] == "holds"  # 0.375 > 2 x 0.125 (the 2-SE rule; its MDE says 1.76)
+    assert row["verdict"] == "inconclusive"  # 3 SE, but below t_.975,1 x 0.125 = 1.59 (2 seeds: df 1)
     noisy_z = results | {"z": {1: _record([0, 0, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 1], [0] * 4, 1.0)}}
     assert stats.finding_row(Finding(claim="c", source="s", a="x", b="y"), noisy_z)["se"] == row["se"]  # no pooling
     vs_sft = stats.finding_row(Finding(claim="c", source="s", a="x", b="sft"), results)
@@ -227,11 +231,12 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
     assert cells[4] == "75.0 ± 0.0" and cells[7] == "2.10"
     assert cells[6].startswith("+62.5")  # gain over SFT 0.25: (1 + .75) / 2 - .25
     verdicts = {f["claim"]: f["verdict"] for f in out["findings"]}
-    # blocked on the seed: greedy d_s = 1 - .5 and .75 - .5, mean .375, SE .125 (3 SE: holds by the 2-SE rule; the
-    # paired SE over problems is no longer added on top), MDE (12.7062 + 1.3764) x .125 = 1.7603 on 1 df
-    assert verdicts == {"GRPO beats PPO": "holds", "GRPO is faster": "holds"}
+    # blocked on the seed: greedy d_s = 1 - .5 and .75 - .5, mean .375, SE .125 (3 SE, but 2 seeds give df 1 and a
+    # bar of t_.975,1 = 12.7 SE; the paired SE over problems is no longer added on top), MDE (12.7062 + 1.3764) x .125
+    # = 1.7603 on 1 df
+    assert verdicts == {"GRPO beats PPO": "inconclusive", "GRPO is faster": "inconclusive"}
     beats = next(line for line in md.splitlines() if line.startswith("| GRPO beats PPO"))
-    assert "**holds** (MDE 176.0 points)" in beats and "12.50 (seeds, df 1)" in beats
+    assert "**inconclusive** (MDE 176.0 points)" in beats and "12.50 (seeds, df 1)" in beats
     assert "| 176.03 | 15.93 |" in beats  # MDE and the pilot's planned MDE (1.6 points, 2 seeds), in points
     assert "MDE 0.17 s/step" not in md and "MDE" in md
     assert "2 seeds give an MDE of 15.9 points" in md  # pilot_sd 1.6

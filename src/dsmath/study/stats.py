@@ -139,24 +139,37 @@ def paired_difference(a_runs: dict[int, dict], b_runs: dict[int, dict], metric: 
     return out
 
 
+def critical(df: float | None = None) -> float:
+    """How many standard errors a difference must exceed: 2 (the project's rule, the normal's 1.96 rounded up), or
+    Student's t_{0.975, df} where that is larger (few seeds: with 2 seeds, df 1, it is 12.7; with 7 seeds 2.45), so
+    that a true zero difference passes at most ~5% of the time whatever the number of seeds.
+
+    >>> critical(), round(critical(1), 2), round(critical(6), 2), critical(100)
+    (2.0, 12.71, 2.45, 2.0)
+    """
+    return max(2.0, t_quantile(0.975, df)) if df is not None and not math.isinf(df) else 2.0
+
+
 def verdict(diff: float | None, se: float | None, lower_is_better: bool = False, expect: str = "better",
-            margin: float = DEFAULT_EQUIVALENCE_MARGIN) -> str:
-    """The rule every finding is judged by. `better`: the claimed direction beats the other by more than 2 standard
-    errors -> holds; the opposite direction by more than 2 -> does not hold; otherwise (or no SE) -> inconclusive.
-    `same` (no difference claimed): |difference| > 2 SE -> does not hold; the whole interval difference +- 2 SE
-    inside +- `margin` -> holds (equivalence shown); otherwise inconclusive (too uncertain to tell)."""
+            margin: float = DEFAULT_EQUIVALENCE_MARGIN, df: float | None = None) -> str:
+    """The rule every finding is judged by, with c = :func:`critical` (df) standard errors (2 for many seeds).
+    `better`: the claimed direction beats the other by more than c SE -> holds; the opposite direction by more than
+    c -> does not hold; otherwise (or no SE) -> inconclusive. `same` (no difference claimed): |difference| > c SE ->
+    does not hold; the whole interval difference +- c SE inside +- `margin` -> holds (equivalence shown); otherwise
+    inconclusive (too uncertain to tell)."""
     if diff is None or se is None:
         return "inconclusive"
+    c = critical(df)
     if expect == "same":
-        if abs(diff) > 2 * se:
+        if abs(diff) > c * se:
             return "does not hold"
-        return "holds" if abs(diff) + 2 * se <= margin else "inconclusive"
+        return "holds" if abs(diff) + c * se <= margin else "inconclusive"
     signed = -diff if lower_is_better else diff
     if se == 0:
         return "holds" if signed > 0 else "does not hold" if signed < 0 else "inconclusive"
-    if signed > 2 * se:
+    if signed > c * se:
         return "holds"
-    if signed < -2 * se:
+    if signed < -c * se:
         return "does not hold"
     return "inconclusive"
 
@@ -178,4 +191,4 @@ def finding_row(f: Finding, results: dict[str, dict[int, dict]],
     if pilot_sd is not None and f.metric not in COST_METRICS and d["n_seeds"] >= 2:
         planned = mde(pilot_sd / 100 / math.sqrt(d["n_seeds"]), d["n_seeds"] - 1)
     return {"finding": f, "mode": mode, **d, "mde": mde(d["se"], d["df"]), "planned_mde": planned,
-            "verdict": verdict(d["diff"], d["se"], f.lower_is_better, f.expect, margin)}
+            "verdict": verdict(d["diff"], d["se"], f.lower_is_better, f.expect, margin, d.get("df"))}
