@@ -57,7 +57,7 @@ class Rl(Section):
     mode: Literal["cot", "pot", "tool"] = "cot"
     reward: Literal["accuracy", "format", "combined", "random"] = "combined"
     advantage: str = "outcome"  # grpo's advantage estimator (ADVANTAGES): outcome, process (step rewards), rloo, ...
-    steps: PosInt = 150
+    steps: PosInt = 300
     prompts_per_step: PosInt = 16
     group_size: Annotated[int, Field(ge=2)] = 8
     mu: PosInt = 1  # optimisation passes over each rollout batch (paper: 1)
