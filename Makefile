@@ -25,8 +25,9 @@ $(STAMP): pyproject.toml requirements.lock
 repro: setup
 	$(BIN)/python -m dsmath.orchestration.pipeline
 
-study: setup   # the DeepSeekMath study (configs/study.yaml): every variant x seed as a DVC experiment, resumable
-	$(BIN)/python -m dsmath.study run
+study: setup   # the DeepSeekMath study (configs/study.yaml): every variant x seed in its own workspace, resumable;
+	# JOBS=N runs N at once (each with cores / N threads)
+	$(BIN)/python -m dsmath.study run $(if $(JOBS),--jobs $(JOBS))
 
 readme: setup   # README's results block from the committed metrics/ of a default run
 	$(BIN)/python -m dsmath.reporting.readme

@@ -309,7 +309,8 @@ def test_dvc_repro_of_one_stage_with_a_typo_loses_no_output(repo):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# the study (configs/study-smoke.yaml: two variants, two seeds), killed mid-variant and resumed through the Prefect flow
+# the study (configs/study-smoke.yaml: two variants, two seeds), two runs at once, killed mid-variant and resumed
+# through the Prefect flow
 
 
 def _study_table(report: str) -> dict[str, list[str]]:
@@ -324,26 +325,27 @@ def _study_table(report: str) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def study(repo):
-    """`python -m dsmath.study run` (what `make study` calls) killed during its second variant's RL stage, then the
-    study resumed through the Prefect flow. Returns what the tests below inspect."""
+    """`python -m dsmath.study run --jobs 2` (what `make study JOBS=2` calls) killed during the RL stages of its
+    second variant, then the study resumed through the Prefect flow. Returns what the tests below inspect."""
     import signal
 
     before = {p: (repo / p).read_bytes() for p in ("params.yaml", "dvc.lock")}
     records = repo / "study" / "smoke" / "runs"
-    cmd = [sys.executable, "-m", "dsmath.study", "run", "--study", "configs/study-smoke.yaml"]
+    cmd = [sys.executable, "-m", "dsmath.study", "run", "--study", "configs/study-smoke.yaml", "--jobs", "2"]
     proc = subprocess.Popen(cmd, cwd=repo, env=_env(repo), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     seen, second = [], False
     for line in proc.stdout:
         seen.append(line)
-        second = second or "study smoke: online_rft seeds" in line
-        if second and line.startswith("Running stage 'rl@1234'"):
-            time.sleep(3)  # inside the RL stage of the second variant
+        second = second or "study smoke: online_rft seed" in line
+        if second and "Running stage 'rl@" in line:
+            time.sleep(3)  # inside an RL stage of the second variant
             os.killpg(proc.pid, signal.SIGKILL)
             break
     proc.wait(timeout=60)
     killed = {"log": "".join(seen), "records": sorted(p.parent.name for p in records.rglob("seed-*.json")),
-              "params_left": (repo / "params.yaml").read_bytes() != before["params.yaml"]}
+              "params": {p: (repo / p).read_bytes() for p in before},
+              "workspaces": sorted(p.name for p in (repo / ".dvc" / "tmp" / "study" / "runs").iterdir())}
     first = records / "grpo" / "seed-1234.json"
     first_stat = first.stat().st_mtime_ns if first.exists() else None
     resumed = _run(repo, sys.executable, str(Path(__file__).with_name("run_study_in_harness.py")),
@@ -353,25 +355,32 @@ def study(repo):
             "first_mtime": first_stat, "first_mtime_after": first.stat().st_mtime_ns}
 
 
-def test_killed_study_resumes_without_redoing_finished_variants(repo, study):
+def test_study_runs_two_at_once_in_workspaces_and_a_killed_study_resumes_without_redoing_runs(repo, study):
+    log = study["killed"]["log"]
+    assert "[smoke-grpo-1234] " in log and "[smoke-grpo-1235] " in log  # grpo's two seeds ran side by side
+    assert "Running stage 'sft'" not in log and "Running stage 'base'" not in log  # the chain: the project's
+    # the SFT evaluation once, in grpo's chain workspace (its params hold common.rl_seeds, here one seed), then from
+    # the run cache for online_rft's chain; the runs take it from their chain
+    assert log.count("Running stage 'evaluate@sft'") == 1 and "[smoke-grpo-chain] Running stage 'evaluate@sft'" in log
     assert study["killed"]["records"] == ["grpo", "grpo"]  # killed during online_rft: only grpo's seeds had finished
-    assert study["killed"]["params_left"]  # the killed experiment's overrides were still in params.yaml
+    assert study["killed"]["params"] == study["before"]  # the project's params.yaml and dvc.lock: never written
+    assert study["killed"]["workspaces"] == ["smoke-grpo-chain", "smoke-online_rft-1234", "smoke-online_rft-1235",
+                                             "smoke-online_rft-chain"]  # kept to resume (chains go at the end)
     assert study["flow"]["state"] == "COMPLETED"
-    assert study["flow"]["runs"] == sorted(["grpo", "online_rft", "write_report"])  # one task per variant
+    assert study["flow"]["runs"] == sorted(["chain-online_rft", "online_rft-1234", "online_rft-1235",
+                                            "write_report"])  # one task per run still to do
     assert "grpo seed 1234 done before, kept" in study["resumed"]
     assert "grpo seed 1235 done before, kept" in study["resumed"]
     assert study["first_mtime"] == study["first_mtime_after"]  # grpo's record was not rewritten
-    for seed in SEEDS:  # online_rft's RL stages only, one experiment for both seeds
+    for seed in SEEDS:  # online_rft's RL stages only
         assert study["resumed"].count(f"Running stage 'rl@{seed}'") == 1
-    assert "dvc exp run -n smoke-online_rft-1234-1235 " in study["resumed"]
-    assert "-n smoke-online_rft-1234 " not in study["resumed"] and "-n smoke-online_rft-1235 " not in study["resumed"]
-    for p, content in study["before"].items():  # the workspace is as it was before the study
+    assert "Running stage 'sft'" not in study["resumed"]
+    for p, content in study["before"].items():
         assert (repo / p).read_bytes() == content, p
-    show = _run(repo, str(BIN / "dvc"), "exp", "show", "--md").stdout
-    assert "smoke-grpo-1234-1235" in show and "smoke-online_rft-1234-1235" in show
+    assert not list((repo / ".dvc" / "tmp" / "study" / "runs").iterdir())  # finished runs' workspaces removed
 
 
-def test_study_report_equals_the_run_records_the_experiments_and_mlflow(repo, study):
+def test_study_report_equals_the_run_records_and_mlflow(repo, study):
     import statistics
 
     records = {(v, s): json.loads((repo / "study" / "smoke" / "runs" / v / f"seed-{s}.json").read_text())
@@ -386,11 +395,13 @@ def test_study_report_equals_the_run_records_the_experiments_and_mlflow(repo, st
     children = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",
                                   filter_string=f"tags.mlflow.parentRunId = '{parent[0].info.run_id}'")
     finished = {(r.data.tags["dsmath.variant"], int(r.data.tags["dsmath.seed"])): r for r in children
-                if r.data.tags["dsmath.kind"] == "study-run" and r.info.status == "FINISHED"}  # one per variant x seed
+                if r.data.tags.get("dsmath.kind") == "study-run" and r.info.status == "FINISHED"}  # a variant x seed
+    chain = [r.data.tags.get("dsmath.stage") for r in children if "dsmath.kind" not in r.data.tags]
+    assert chain == ["evaluate@sft"]  # the one chain stage that ran nests under the study's parent
     assert sorted(finished) == sorted(records)
-    killed = sorted((r.data.tags["dsmath.kind"], r.info.status) for r in children if r.info.status != "FINISHED")
-    assert killed == [("study-exp", "KILLED"), *[("study-run", "KILLED")] * 2]  # the killed attempt's runs
-    assert sum(r.data.tags["dsmath.kind"] == "study-exp" and r.info.status == "FINISHED" for r in children) == 2
+    killed = sorted((r.data.tags.get("dsmath.kind"), r.data.tags.get("dsmath.variant"), r.info.status)
+                    for r in children if r.info.status != "FINISHED")
+    assert killed == [("study-run", "online_rft", "KILLED")] * 2  # the killed attempt's runs
 
     def cell(values: list[float]) -> str:  # the report's mean +- sd over seeds, in percent
         return f"{100 * statistics.fmean(values):.1f} ± {100 * statistics.stdev(values):.1f}"
@@ -404,36 +415,39 @@ def test_study_report_equals_the_run_records_the_experiments_and_mlflow(repo, st
             assert cells[col] == cell([r["eval"][f"synthetic/{mode}/{metric}"] for r in runs]), (variant, metric)
         for seed, r in zip(SEEDS, runs, strict=True):
             greedy = r["eval"][f"synthetic/{mode}/greedy"]
-            # the record is what the experiment wrote: its commit holds the same RL metrics
-            exp_rl = json.loads(_run(repo, "git", "show", f"{r['exp_ref']}:metrics/rl/seed-{seed}.json").stdout)
-            assert exp_rl == r["rl"]
+            assert r["rl"]["steps"] == 4 and r["run_name"] == f"smoke-{variant}-{seed}"
             assert sum(r["problems"]["rl"][mode]["greedy"]) / len(r["problems"]["rl"][mode]["greedy"]) == greedy
             child = finished[variant, seed]
-            assert child.data.tags["dvc.exp"] == f"smoke-{variant}-1234-1235"
+            assert child.data.tags["dsmath.run_name"] == f"smoke-{variant}-{seed}"
             assert child.data.metrics[metric_key(f"eval/synthetic/{mode}/greedy")] == pytest.approx(greedy)
+            assert child.data.metrics[metric_key("rl_summary/steps")] == 4
             assert child.data.params["overrides.rl.steps"] == "4"
-            exp_run = child.data.tags["dsmath.exp_run_id"]  # the variant's experiment: its stage runs nest under it
-            stages = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",
-                                        filter_string=f"tags.mlflow.parentRunId = '{exp_run}'")
-            assert {"rl@1234", "rl@1235", "evaluate@rl"} <= {s.data.tags.get("dsmath.stage") for s in stages}
+            stages = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",  # the run's stage runs
+                                        filter_string=f"tags.mlflow.parentRunId = '{child.info.run_id}'")
+            assert {f"rl@{seed}", "evaluate@rl"} <= {s.data.tags.get("dsmath.stage") for s in stages}
+    assert records["grpo", 1234]["threads"] == max(1, os.cpu_count() // 2) and records["grpo", 1234]["jobs"] == 2
+    assert records["online_rft", 1234]["jobs"] == 1  # resumed one at a time by the flow
     artifacts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(parent[0].info.run_id, "study")}
     assert "study/study-smoke.md" in artifacts and "study/methods.png" in artifacts
     findings = [line for line in report.splitlines() if line.startswith("| GRPO beats Online RFT")]
     assert len(findings) == 1 and any(v in findings[0] for v in ("holds", "does not hold", "inconclusive"))
 
 
-def test_a_seeds_record_does_not_depend_on_the_seeds_sharing_its_experiment(repo, study):
-    """grpo seed 1234 alone in its experiment (common.rl_seeds=[1234]) gives the record it got next to seed 1235:
-    the same RL run (its stage's params hold no seed list) and, from an evaluation re-run under the other seed
-    list, the same metrics and per-problem results (timings aside)."""
+def test_a_runs_record_does_not_depend_on_how_many_ran_beside_it(repo, study):
+    """grpo seed 1234 run alone, one at a time with the profile's threads, trains the model it trained as one of two
+    runs at once with half the threads each: the same RL curve, metrics and per-problem results (timings aside).
+    (`rl.checkpoint_every`, which changes no number, makes DVC re-run the RL stage instead of taking it from the run
+    cache; the evaluation then comes back from the run cache only if the model is bitwise the same.)"""
     (repo / "configs" / "study-alone.yaml").write_text(
         "name: alone\nseeds: [1234]\ntargets: [evaluate@sft, evaluate@rl]\nresults: study/alone\n"
-        "report: reports/study-alone.md\nshared:\n  rl.steps: 4\nvariants:\n  grpo: {overrides: {}}\n")
+        "report: reports/study-alone.md\nshared:\n  rl.steps: 4\n  rl.checkpoint_every: 3\n"
+        "variants:\n  grpo: {overrides: {}}\n")
     proc = _run(repo, sys.executable, "-m", "dsmath.study", "run", "--study", "configs/study-alone.yaml")
-    assert "Running stage 'evaluate@rl'" in proc.stdout
+    assert "Running stage 'rl@1234'" in proc.stdout and "Running stage 'sft'" not in proc.stdout
+    assert "Running stage 'evaluate@rl'" not in proc.stdout  # the same model: its evaluation is in the run cache
     alone = json.loads((repo / "study" / "alone" / "runs" / "grpo" / "seed-1234.json").read_text())
     shared = json.loads((repo / "study" / "smoke" / "runs" / "grpo" / "seed-1234.json").read_text())
-    assert alone["exp_name"] == "alone-grpo-1234" and shared["exp_name"] == "smoke-grpo-1234-1235"
+    assert (alone["jobs"], shared["jobs"]) == (1, 2)
 
     def untimed(m: dict) -> dict:  # wall times, rates and peak memory vary from run to run
         return {k: v for k, v in m.items() if not k.endswith(("_s", "_per_s")) and k not in ("s_per_step",

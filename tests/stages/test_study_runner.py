@@ -1,21 +1,24 @@
-"""The study runner around a stand-in `dvc exp run`: a variant's seeds go into one experiment, each seed gets its
-own record and MLflow run, seeds kept before are not in it (the real experiments run in tests/e2e)."""
+"""The study runner around a stand-in `dvc repro`: each variant x seed runs in a workspace of its own (the project's
+params.yaml never touched), the shared chain once per variant before the runs, N runs at once with their share of the
+threads, a record and an MLflow child per run, kept records not run again (the real runs are in tests/e2e)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import smoke_params
 
-from dsmath.study import runner
+from dsmath.study import runner, workspace
 from dsmath.study.spec import load_study
 
 STUDY = """name: two
 seeds: [1234, 1235]
-targets: [evaluate@rl]
+targets: [evaluate@sft, evaluate@rl]
 results: study/two
 shared: {rl.steps: 3}
 variants:
@@ -25,80 +28,204 @@ variants:
 
 
 @pytest.fixture
-def workspace(tmp_path, monkeypatch):
-    """A study workspace in tmp_path: the smoke profile saved as the study's, and `dvc exp run` replaced by a
-    function that writes what the stages would, per seed of common.rl_seeds, and records each call."""
+def project(tmp_path, monkeypatch):
+    """A project in tmp_path (a git checkout: params.yaml = the smoke profile with relative output paths, a study
+    file), and `Runner.repro` replaced by a function that writes, in the workspace, what the stages would."""
     monkeypatch.chdir(tmp_path)
     raw = smoke_params(tmp_path)
-    saved = runner.STATE / "saved" / "params.yaml"
-    saved.parent.mkdir(parents=True)
-    saved.write_text(yaml.safe_dump(raw, sort_keys=False))
-    Path("params.yaml").write_text(saved.read_text())
+    paths = raw["common"]["paths"]
+    for key in paths:
+        if key not in ("raw", "extra_math"):
+            paths[key] = Path(paths[key]).name  # relative, as in params.yaml
+    Path("params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     Path("study.yaml").write_text(STUDY)
-    calls = []
+    Path(".gitignore").write_text("mlflow.db\nmlartifacts/\n")
+    subprocess.run(["git", "init", "-q"], check=True)
+    calls, lock = [], threading.Lock()
+    barrier = threading.Barrier(2, timeout=20)
 
-    def fake_experiment(name, overrides, targets, log_path, on_line=print, parent_run_id=None, dvc=None):
-        calls.append({"name": name, "seeds": overrides["common.rl_seeds"], "algorithm": overrides.get("rl.algorithm",
-                                                                                                       "grpo"),
-                      "parent": parent_run_id})
-        paths = raw["common"]["paths"]
-        for seed in overrides["common.rl_seeds"]:
-            acc = (seed - 1000) / 1000 + (0.01 if "online_rft" in name else 0)  # a value per seed and variant
-            rl_eval = Path(paths["eval"]) / "rl" / f"seed-{seed}"
-            rl_eval.mkdir(parents=True, exist_ok=True)
-            (rl_eval / "metrics.json").write_text(json.dumps({"synthetic/cot/greedy": acc}))
-            (Path(paths["metrics"]) / "rl").mkdir(parents=True, exist_ok=True)
-            (Path(paths["metrics"]) / "rl" / f"seed-{seed}.json").write_text(json.dumps({"seed": seed, "steps": 3}))
-            (Path(paths["plots"]) / "rl").mkdir(parents=True, exist_ok=True)
-            (Path(paths["plots"]) / "rl" / f"seed-{seed}.csv").write_text("step,reward_mean\n1,0.5\n")
+    def fake_repro(self, ws, targets, name, parent_id, threads):
+        p = yaml.safe_load((ws / "params.yaml").read_text())
+        seeds = p["common"]["rl_seeds"]
+        with lock:
+            calls.append({"name": name, "ws": ws, "targets": list(targets), "seeds": seeds, "threads": threads,
+                          "algorithm": p["rl"]["algorithm"], "steps": p["rl"]["steps"], "parent": parent_id,
+                          "jobs": self.jobs})
+        if "evaluate@sft" in targets:  # the chain: the SFT evaluation and a lock naming its outputs
+            (ws / "eval" / "sft").mkdir(parents=True, exist_ok=True)
+            (ws / "metrics" / "eval").mkdir(parents=True, exist_ok=True)
+            (ws / "eval" / "sft" / "predictions.jsonl").write_text("")
+            (ws / "metrics" / "eval" / "sft.json").write_text(json.dumps({"synthetic/cot/greedy": 0.2}))
+            (ws / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"evaluate@sft": {
+                "cmd": "e", "deps": [], "outs": [{"path": "eval/sft"}, {"path": "metrics/eval/sft.json"}]}}}))
+        if "evaluate@rl" not in targets:
+            return
+        if self.jobs > 1:
+            barrier.wait()  # both runs of a two-job study are in here at once
+        for seed in seeds:
+            acc = (seed - 1000) / 1000 + (0.01 if p["rl"]["algorithm"] == "online_rft" else 0)
+            (ws / "eval" / "rl" / f"seed-{seed}").mkdir(parents=True, exist_ok=True)
+            (ws / "eval" / "rl" / f"seed-{seed}" / "metrics.json").write_text(
+                json.dumps({"synthetic/cot/greedy": acc}))
+            (ws / "metrics" / "rl").mkdir(parents=True, exist_ok=True)
+            (ws / "metrics" / "rl" / f"seed-{seed}.json").write_text(json.dumps({"seed": seed, "steps": 3}))
+            (ws / "plots" / "rl").mkdir(parents=True, exist_ok=True)
+            (ws / "plots" / "rl" / f"seed-{seed}.csv").write_text("step,reward_mean\n1,0.5\n")
 
-    monkeypatch.setattr(runner, "run_experiment", fake_experiment)
-    study = load_study("study.yaml", saved)
-    return study, calls, raw
+    monkeypatch.setattr(runner.Runner, "repro", fake_repro)
+    return load_study("study.yaml"), calls, raw
 
 
-def test_a_variants_seeds_run_as_one_experiment_with_a_record_and_a_run_per_seed(workspace):
+def _children(params, parent_id: str) -> list:
     import mlflow
 
+    return mlflow.search_runs(experiment_names=[params.common.tracking.experiment], output_format="list",
+                              filter_string=f"tags.mlflow.parentRunId = '{parent_id}'")
+
+
+def test_each_run_has_its_own_workspace_record_and_mlflow_child_and_params_yaml_is_untouched(project):
     from dsmath.config import parse_params
     from dsmath.runtime import tracking
 
-    study, calls, raw = workspace
+    study, calls, raw = project
+    before = Path("params.yaml").read_bytes()
     params = parse_params(raw)
     parent = runner.open_parent(study, params)
     seen = []
-    records = runner.run_variant(study, "grpo", [1234, 1235], parent, "dvc", seen.append)
-    assert [c["name"] for c in calls] == ["two-grpo-1234-1235"] and calls[0]["seeds"] == [1234, 1235]
-    assert [r["seed"] for r in records] == [1234, 1235]
+    job = runner.Runner(study, parent, on_line=seen.append)
+    records, failed = job.run_all([("grpo", 1234), ("grpo", 1235)])
+    assert not failed and [r["seed"] for r in records] == [1234, 1235]
+    # the chain once (in a workspace of its own), then one run per seed in its own workspace, one seed each
+    assert [(c["name"], c["targets"], c["seeds"]) for c in calls] == [
+        ("two-grpo-chain", ["sft", "evaluate@sft"], [1234]),
+        ("two-grpo-1234", ["evaluate@rl"], [1234]),  # the SFT evaluation comes from the chain's workspace
+        ("two-grpo-1235", ["evaluate@rl"], [1235])]
+    assert [c["ws"] for c in calls] == [Path.cwd() / workspace.ROOT / n for n in
+                                        ("two-grpo-chain", "two-grpo-1234", "two-grpo-1235")]
+    assert all(c["steps"] == 3 and c["threads"] is None for c in calls)  # the study's shared overrides; one job
+    assert Path("params.yaml").read_bytes() == before
+    assert not list(workspace.ROOT.iterdir())  # finished runs' workspaces and the done variant's chain: removed
     for r, seed in zip(records, (1234, 1235), strict=True):
         on_disk = json.loads(study.result_path("grpo", seed).read_text())
-        assert on_disk == r and r["key"] == study.run_key("grpo", seed)  # the key of the seed alone
+        assert on_disk == r and r["key"] == study.run_key("grpo", seed)
         assert r["eval"]["synthetic/cot/greedy"] == pytest.approx((seed - 1000) / 1000)
-        assert r["exp_name"] == "two-grpo-1234-1235" and r["exp_seeds"] == [1234, 1235]
-        assert r["wall_s"] == pytest.approx(r["exp_wall_s"] / 2, abs=0.1)
-        assert r["overrides"]["common.rl_seeds"] == [seed]
+        assert r["run_name"] == f"two-grpo-{seed}" and r["overrides"]["common.rl_seeds"] == [seed]
+        assert r["sft_eval"] == {"synthetic/cot/greedy": 0.2} and r["threads"] == params.common.num_threads
 
-    # a seed kept before is not run again: the next experiment holds only the missing one
+    # a kept record is not run again
     study.result_path("online_rft", 1234).parent.mkdir(parents=True)
     kept = records[0] | {"variant": "online_rft", "key": study.run_key("online_rft", 1234)}
     study.result_path("online_rft", 1234).write_text(json.dumps(kept))
-    again = runner.run_variant(study, "online_rft", [1234, 1235], parent, "dvc", seen.append)
-    assert [c["name"] for c in calls] == ["two-grpo-1234-1235", "two-online_rft-1235"]
-    assert again[0] == kept and again[1]["exp_name"] == "two-online_rft-1235"
+    again, _ = job.run_all([("online_rft", 1234), ("online_rft", 1235)])
+    assert [c["name"] for c in calls[3:]] == ["two-online_rft-chain", "two-online_rft-1235"]
+    assert again[0] == kept and again[1]["run_name"] == "two-online_rft-1235"
     assert "study two: online_rft seed 1234 done before, kept" in seen
-    assert runner.run_variant(study, "grpo", [1234, 1235], parent, "dvc", seen.append) == records
-    assert len(calls) == 2  # nothing left to run
+    assert job.run_all([("grpo", 1234), ("grpo", 1235)])[0] == records and len(calls) == 5
 
     tracking.close_run(parent)
-    runs = mlflow.search_runs(experiment_names=[params.common.tracking.experiment], output_format="list",
-                              filter_string=f"tags.mlflow.parentRunId = '{parent.run_id}'")
-    kinds = sorted((r.data.tags["dsmath.kind"], r.data.tags["dsmath.variant"], r.data.tags.get("dsmath.seed", ""))
-                   for r in runs)
-    assert kinds == [("study-exp", "grpo", ""), ("study-exp", "online_rft", ""),
-                     ("study-run", "grpo", "1234"), ("study-run", "grpo", "1235"), ("study-run", "online_rft", "1235")]
-    exp_ids = {r.data.tags["dsmath.variant"]: r.info.run_id for r in runs if r.data.tags["dsmath.kind"] == "study-exp"}
-    assert calls[0]["parent"] == exp_ids["grpo"]  # the experiment's stage runs nest under the variant's run
-    for r in runs:
-        if r.data.tags["dsmath.kind"] == "study-run":
-            assert r.data.tags["dsmath.exp_run_id"] == exp_ids[r.data.tags["dsmath.variant"]]
-            assert r.info.status == "FINISHED" and r.data.metrics[tracking.metric_key("eval/synthetic/cot/greedy")] > 0
+    children = _children(params, parent.run_id)
+    runs = {(r.data.tags["dsmath.variant"], r.data.tags["dsmath.seed"]): r for r in children
+            if r.data.tags["dsmath.kind"] == "study-run"}
+    assert sorted(runs) == [("grpo", "1234"), ("grpo", "1235"), ("online_rft", "1235")]
+    run_calls = [c for c in calls if "evaluate@rl" in c["targets"]]
+    for c in run_calls:  # each run's stage runs nest under its own child
+        variant, seed = c["name"].split("-")[1], str(c["seeds"][0])
+        assert c["parent"] == runs[variant, seed].info.run_id
+    assert all(r.info.status == "FINISHED" for r in runs.values())
+
+
+def test_two_jobs_run_at_once_with_half_the_threads_each_and_a_failed_run_keeps_its_workspace(project, monkeypatch):
+    study, calls, raw = project
+    job = runner.Runner(study, None, jobs=2, on_line=lambda line: None)
+    records, failed = job.run_all([("grpo", 1234), ("grpo", 1235)])  # the fake waits until both runs are in
+    assert not failed and len(records) == 2
+    cores = __import__("os").cpu_count()
+    assert {c["threads"] for c in calls if "evaluate@rl" in c["targets"]} == {max(1, cores // 2)}
+    assert [c["threads"] for c in calls if "evaluate@rl" not in c["targets"]] == [None]  # the chain: all cores
+
+    def failing(self, ws, targets, name, parent_id, threads):  # the chain builds, the run fails
+        if "evaluate@rl" in targets:
+            raise runner.StudyRunFailed(f"{name}: dvc repro failed (exit 1)")
+
+    monkeypatch.setattr(runner.Runner, "repro", failing)
+    records, failed = runner.Runner(study, None, on_line=lambda line: None).run_all([("online_rft", 1234)])
+    assert records == [] and failed == ["two-online_rft-1234: dvc repro failed (exit 1)"]
+    assert sorted(p.name for p in workspace.ROOT.iterdir()) == ["two-online_rft-1234", "two-online_rft-chain"]
+    assert (workspace.ROOT / "two-online_rft-1234" / "params.yaml").exists()  # kept for the retry, with its chain
+
+
+def test_a_workspace_holds_the_projects_files_its_own_params_and_the_projects_cache(project):
+    study, _, raw = project
+    Path("src").mkdir()
+    Path("src/code.py").write_text("x = 1\n")  # untracked but not ignored: the user's work is in the run
+    Path("mlflow.db").write_text("")  # ignored: not copied
+    ws = workspace.prepare(Path.cwd(), "two-grpo-1234", yaml.safe_load(Path("params.yaml").read_text()),
+                           study.overrides("online_rft", 1234), Path("/somewhere/cache"))
+    assert (ws / "src" / "code.py").read_text() == "x = 1\n" and not (ws / "mlflow.db").exists()
+    p = yaml.safe_load((ws / "params.yaml").read_text())
+    assert p["rl"]["algorithm"] == "online_rft" and p["rl"]["steps"] == 3 and p["common"]["rl_seeds"] == [1234]
+    assert p["common"]["tracking"]["uri"] == raw["common"]["tracking"]["uri"]  # already absolute: unchanged
+    conf = (ws / ".dvc" / "config.local").read_text()
+    assert "no_scm = true" in conf and "dir = /somewhere/cache" in conf
+    # a killed run's workspace keeps its lock and outputs; the code is brought up to date
+    (ws / "dvc.lock").write_text("schema: '2.0'\n")
+    (ws / "metrics").mkdir()
+    (ws / "metrics" / "sft.json").write_text("{}")
+    Path("metrics").mkdir()
+    Path("metrics/sft.json").write_text('{"project": 1}')
+    Path("dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    Path("src/code.py").write_text("x = 2\n")
+    workspace.prepare(Path.cwd(), "two-grpo-1234", yaml.safe_load(Path("params.yaml").read_text()),
+                      study.overrides("online_rft", 1234), Path("/somewhere/cache"))
+    assert (ws / "src" / "code.py").read_text() == "x = 2\n"
+    assert (ws / "dvc.lock").read_text() == "schema: '2.0'\n" and (ws / "metrics" / "sft.json").read_text() == "{}"
+
+
+def test_relative_tracking_is_made_the_projects(tmp_path):
+    raw = {"common": {"tracking": {"uri": "sqlite:///mlflow.db", "artifacts": "mlartifacts", "experiment": "x"}}}
+    out = workspace.absolute_tracking(raw, tmp_path)["common"]["tracking"]
+    assert out == {"uri": f"sqlite:///{tmp_path.resolve()}/mlflow.db", "artifacts": str(tmp_path.resolve() /
+                                                                                       "mlartifacts"),
+                   "experiment": "x"}
+    server = {"common": {"tracking": {"uri": "http://127.0.0.1:5000", "artifacts": "/abs", "experiment": "x"}}}
+    assert workspace.absolute_tracking(server, tmp_path) == server
+    assert runner.threads_per_run(1, 16) is None and runner.threads_per_run(2, 16) == 8
+    assert runner.threads_per_run(4, 2) == 1
+
+
+def test_a_new_workspace_takes_the_chains_outputs_linked_and_its_checkpoints_copied(tmp_path):
+    """seed_outputs gives a workspace the outputs of the chain stages and everything upstream (not the RL stages')
+    and the origin's dvc.lock: outputs hard-linked, checkpoints copied (a resumed training writes into them)."""
+    origin, dest = tmp_path / "origin", tmp_path / "dest"
+    lock = {"schema": "2.0", "stages": {
+        "corpus": {"cmd": "c", "deps": [{"path": "data/raw"}], "outs": [{"path": "data/corpus"}]},
+        "sft": {"cmd": "s", "deps": [{"path": "data/corpus/math.jsonl"}],
+                "outs": [{"path": "models/sft"}, {"path": "checkpoints/sft"}, {"path": "metrics/sft.json"}]},
+        "evaluate@sft": {"cmd": "e", "deps": [{"path": "models/sft"}], "outs": [{"path": "eval/sft"}]},
+        "rl@1234": {"cmd": "r", "deps": [{"path": "models/sft"}], "outs": [{"path": "models/rl/seed-1234"}]}}}
+    for rel in ("data/corpus/math.jsonl", "models/sft/model.safetensors", "checkpoints/sft/step-1/opt.bin",
+                "metrics/sft.json", "eval/sft/predictions.jsonl", "models/rl/seed-1234/model.safetensors"):
+        (origin / rel).parent.mkdir(parents=True, exist_ok=True)
+        (origin / rel).write_text(rel)
+    (origin / "dvc.lock").write_text(yaml.safe_dump(lock))
+    (dest / "metrics").mkdir(parents=True)
+    (dest / "metrics" / "sft.json").write_text("the project's tracked copy")
+    graph = workspace.lock_graph(origin / "dvc.lock")
+    assert workspace.upstream(graph, ["evaluate@sft"]) == ["corpus", "evaluate@sft", "sft"]
+    assert workspace.seed_outputs(origin, dest, ["sft", "evaluate@sft"], "checkpoints") == ["corpus", "evaluate@sft",
+                                                                                          "sft"]
+    assert (dest / "dvc.lock").read_text() == (origin / "dvc.lock").read_text()
+    assert not (dest / "models" / "rl").exists()
+    for rel in ("data/corpus/math.jsonl", "models/sft/model.safetensors", "metrics/sft.json",
+                "eval/sft/predictions.jsonl"):
+        assert (dest / rel).read_text() == rel and (dest / rel).stat().st_ino == (origin / rel).stat().st_ino, rel
+    ckpt = "checkpoints/sft/step-1/opt.bin"
+    assert (dest / ckpt).read_text() == ckpt and (dest / ckpt).stat().st_ino != (origin / ckpt).stat().st_ino
+
+
+def test_a_runs_mlflow_store_is_the_projects_even_when_the_environment_names_it_relatively(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")  # what mlflow.set_tracking_uri exports
+    env = workspace.run_env(2, "abc")
+    assert env["MLFLOW_TRACKING_URI"] == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    assert env[workspace.THREADS_ENV] == "2" and env["DSMATH_PARENT_RUN_ID"] == "abc"

@@ -44,3 +44,21 @@ def test_other_errors_still_raise(monkeypatch):
 
     with pytest.raises(KeyError):
         run_stage(main, ["--params", str(ROOT / "params.yaml")])
+
+
+def test_threads_come_from_params_unless_the_environment_sets_them(monkeypatch, capsys):
+    """$DSMATH_NUM_THREADS (a study running several runs at once) overrides common.num_threads at stage start; a bad
+    value is refused like an invalid param (exit 2, one line)."""
+    import torch
+
+    seen = []
+    monkeypatch.setattr(torch, "set_num_threads", seen.append)
+    monkeypatch.delenv("DSMATH_NUM_THREADS", raising=False)
+    run_stage(lambda params: None, ["--params", str(ROOT / "params.yaml")])
+    monkeypatch.setenv("DSMATH_NUM_THREADS", "1")
+    run_stage(lambda params: None, ["--params", str(ROOT / "params.yaml")])
+    assert seen == [2, 1]  # params.yaml's common.num_threads, then the environment's
+    monkeypatch.setenv("DSMATH_NUM_THREADS", "two")
+    with pytest.raises(SystemExit) as exit_info:
+        run_stage(lambda params: None, ["--params", str(ROOT / "params.yaml")])
+    assert exit_info.value.code == 2 and "DSMATH_NUM_THREADS" in capsys.readouterr().err

@@ -67,6 +67,23 @@ def _restore_after_dvc() -> None:
         print(f"{stage}: outputs DVC removed that no cache or commit holds: {', '.join(lost)}", file=sys.stderr)
 
 
+THREADS_ENV = "DSMATH_NUM_THREADS"  # set by a study running several runs at once on one machine (dsmath.study)
+
+
+def num_threads(params: Params) -> int:
+    """torch threads of each process: ``common.num_threads``, unless $DSMATH_NUM_THREADS says otherwise. The thread
+    count is how a run uses the machine, not what it computes (on a 2-core AMD EPYC the RL stage of the smoke profile
+    gave a bitwise-identical model at 1, 2 and 4 threads), so it is no part of a run's identity: a study running N runs
+    at once gives each cores / N threads through the environment, and DVC's stage hashes and the run cache see the
+    same params as in a serial run."""
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return params.common.num_threads
+    if not value.isdigit():
+        raise ParamsError(f"${THREADS_ENV}: a whole number of threads (got {value!r})")
+    return int(value)
+
+
 def run_stage(main: Callable[..., None], argv: list[str] | None = None, *, multiprocess: bool = False) -> None:
     """Validate params (exit 2 with a one-line message if invalid), seed, then run `main(params, *args)`.
 
@@ -85,6 +102,7 @@ def run_stage(main: Callable[..., None], argv: list[str] | None = None, *, multi
         del argv[i : i + 2]
     try:
         params = load_params(path)
+        threads = num_threads(params)
     except ParamsError as err:
         print(f"error: invalid params: {err}", file=sys.stderr)
         _restore_after_dvc()
@@ -92,11 +110,11 @@ def run_stage(main: Callable[..., None], argv: list[str] | None = None, *, multi
     if multiprocess and params.common.processes > 1 and "WORLD_SIZE" not in os.environ:  # no launcher around it
         from dsmath.runtime import distributed
 
-        raise SystemExit(distributed.launch(params.common.processes, params.common.num_threads, relaunch))
-    if params.common.num_threads:
+        raise SystemExit(distributed.launch(params.common.processes, threads, relaunch))
+    if threads:
         import torch
 
-        torch.set_num_threads(params.common.num_threads)
+        torch.set_num_threads(threads)
     seed_everything(params.common.seed)
     try:
         main(params, *argv)

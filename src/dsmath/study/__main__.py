@@ -1,8 +1,8 @@
-"""`python -m dsmath.study [run|report|list] [--study configs/study.yaml] [--variants a b] [--seeds 1234]`.
+"""`python -m dsmath.study [run|report|list] [--study configs/study.yaml] [--variants a b] [--seeds 1234] [--jobs N]`.
 
-`run` (what `make study` calls) runs every variant x seed not run yet (a variant's seeds as one DVC experiment), then
-writes the report; `report` rewrites the report from the run records alone; `list` prints each variant's seeds and
-the `dvc exp run` of those to run.
+`run` (what `make study` calls) runs every variant x seed not run yet, each in a workspace of its own, `--jobs` at a
+time, then writes the report; `report` rewrites the report from the run records alone; `list` prints each variant's
+seeds and the `dvc exp run` that reproduces those to run by hand in the project.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--study", default="configs/study.yaml", help="the study file")
     parser.add_argument("--variants", nargs="*", default=None, help="run only these variants")
     parser.add_argument("--seeds", nargs="*", type=int, default=None, help="run only these seeds")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="runs at once on this machine, each with cores / jobs threads (default: the study "
+                             "file's jobs, else 1)")
     args = parser.parse_args(argv)
-    if (runner.STATE / "saved").exists():  # a killed study left its overrides in params.yaml
-        runner.restore_params_file()
     try:
         study = load_study(args.study)
         study.runs(args.variants, args.seeds)  # unknown variants fail here
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {out['report']}")
         return 0
     try:
-        runner.run_study(study, args.variants, args.seeds)
+        runner.run_study(study, args.variants, args.seeds, jobs=args.jobs or study.jobs)
     except runner.StudyRunFailed as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

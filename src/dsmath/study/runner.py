@@ -1,17 +1,24 @@
-"""Running a study: each variant's seeds as one DVC experiment in the workspace, its results kept, resumable.
+"""Running a study: every variant x seed in a workspace of its own, N at a time, its record kept, resumable.
 
-One experiment is ``dvc exp run -n <study>-<variant>-<seeds> -S key=value ... -S common.rl_seeds=[...] evaluate@sft
-evaluate@rl``: DVC applies the overrides to params.yaml, re-runs only the stages whose params or inputs they change
-(the rest come from the run cache: the corpus, the models of the chain, a shared SFT evaluation), runs one rl@<seed>
-stage per seed and one evaluation of them all, and records the experiment (`dvc exp show`). The runner then copies
-what the report needs out of the workspace into ``<results>/runs/<variant>/seed-<seed>.json``, one record per seed
-(the RL summary and curve, the evaluation metrics, per-problem correctness of the RL and the SFT model), and logs
-each to its MLflow child. A seed whose record exists with the same settings key is not run again, so a killed study
-resumes where it stopped; the stages of a killed experiment that had finished come back from DVC's run cache and a
-killed RL stage resumes from its checkpoint.
+A run (one variant, one seed) is ``dvc repro`` in its workspace (:mod:`dsmath.study.workspace`: a copy of
+the project with params.yaml = the study's profile + shared + variant overrides + ``common.rl_seeds: [seed]``, DVC on
+the project's cache). The user's params.yaml, dvc.lock, metrics/ and plots/ are never touched, killed or not.
 
-The workspace's params.yaml, dvc.lock, metrics/ and plots/ are saved before the first run and restored after the last
-(and after a killed study, by the next one), then ``dvc checkout`` puts the outputs of the restored dvc.lock back.
+1. **The shared chain, once.** For each variant with runs to do, in the file's order and one at a time, a chain
+   workspace that starts from the project's outputs reproduces the study's ``chain`` (default: the SFT model and
+   its evaluation): up to date, nothing runs; otherwise DVC builds what changed, or takes it from its run cache
+   when another variant built it.
+2. **The runs, N at a time** (``jobs``): each reproduces the study's targets other than the chain in its workspace
+   (the chain's outputs linked from the variant's chain workspace; ``rl@<seed>`` and ``evaluate@rl`` run), each with
+   cores / N torch threads ($DSMATH_NUM_THREADS: how a run uses the machine, not what it computes;
+   :func:`dsmath.runtime.stage.num_threads`).
+
+After a run the runner copies what the report needs out of its workspace into ``<results>/runs/<variant>/
+seed-<seed>.json`` (the RL summary and curve, the evaluation metrics, per-problem correctness of the RL and SFT
+models), logs it to the run's MLflow child (under which its stage runs nest) and deletes the workspace. A run whose
+record exists with the same key (settings and code) is not run again, so a killed study resumes where it stopped: a
+killed run's workspace is still there, its finished stages are in its dvc.lock (or DVC's run cache) and a killed RL
+stage resumes from its checkpoint.
 """
 
 from __future__ import annotations
@@ -22,82 +29,29 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from dsmath.config import seed_dir
+from dsmath.config import load_raw, seed_dir
 from dsmath.runtime import tracking
+from dsmath.study import workspace
 from dsmath.study.spec import Study, variant_params
 
-STATE = Path(".dvc/tmp/study")  # the saved workspace of a running study (its presence: a study is under way)
+_MLFLOW = threading.Lock()  # runs finish on several threads; their MLflow calls go one at a time
 
 
 class StudyRunFailed(RuntimeError):
-    """A variant x seed's `dvc exp run` failed; the message carries the tail of its output."""
+    """A variant x seed's `dvc repro` failed; the message carries the tail of its output."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# the workspace a study borrows
-
-
-def _saved_paths(params) -> list[Path]:
-    return [Path("params.yaml"), Path("dvc.lock"), Path(params.common.paths.metrics), Path(params.common.paths.plots)]
-
-
-def save_workspace(params) -> None:
-    """Keep a copy of what the experiments overwrite, unless a killed study's copy is already there."""
-    if (STATE / "saved").exists():
-        return
-    tmp = STATE / "saving"
-    shutil.rmtree(tmp, ignore_errors=True)
-    for p in _saved_paths(params):
-        if p.is_dir():
-            shutil.copytree(p, tmp / p)
-        elif p.exists():
-            (tmp / p).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(p, tmp / p)
-    tmp.rename(STATE / "saved")
-
-
-def recover_killed_experiment(dvc: str) -> None:
-    """Undo what a `dvc exp run` killed mid-way leaves behind, which would make the next one fail: files DVC staged
-    in the git index (unstaged again; the working tree is untouched), its executor refs (refs/exps/exec/*) and its
-    temporary files (`dvc exp clean`). Called only when a study was killed (its saved workspace is still there)."""
-    subprocess.run(["git", "reset", "-q"], capture_output=True, text=True)
-    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps/exec"], capture_output=True,
-                          text=True).stdout.split()
-    for ref in refs:
-        subprocess.run(["git", "update-ref", "-d", ref], capture_output=True, text=True)
-    subprocess.run([dvc, "exp", "clean"], capture_output=True, text=True)
-
-
-def restore_params_file() -> None:
-    """params.yaml as it was before the study (each run's overrides apply to it, never to the previous run's)."""
-    shutil.copy2(STATE / "saved" / "params.yaml", "params.yaml")
-
-
-def restore_workspace(params, dvc: str) -> None:
-    """Put back params.yaml, dvc.lock, metrics/ and plots/, then the outputs dvc.lock names (from the cache)."""
-    saved = STATE / "saved"
-    if not saved.exists():
-        return
-    for p in _saved_paths(params):
-        if (saved / p).is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-            shutil.copytree(saved / p, p)
-        elif (saved / p).exists():
-            shutil.copy2(saved / p, p)
-    subprocess.run([dvc, "checkout", "--quiet"], capture_output=True, text=True)  # outputs missing from the cache stay
-    shutil.rmtree(STATE, ignore_errors=True)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# one variant x seed
+# running DVC in a workspace
 
 
 def hydra_value(value: Any) -> str:
@@ -119,43 +73,18 @@ def hydra_value(value: Any) -> str:
 
 
 def exp_command(name: str, overrides: dict[str, Any], targets: list[str], dvc: str) -> list[str]:
-    """`dvc exp run -n <name> -S key=value ... <targets>` (what a user types to run one variant by hand)."""
+    """`dvc exp run -n <name> -S key=value ... <targets>`: one run reproduced by hand in the project (a DVC
+    experiment; the study itself runs it in a workspace of its own, :mod:`dsmath.study.workspace`)."""
     sets = [a for k, v in overrides.items() for a in ("-S", f"{k}={hydra_value(v)}")]
     return [dvc, "exp", "run", "-n", name, *sets, *targets]
 
 
-def run_experiment(name: str, overrides: dict[str, Any], targets: list[str], log_path: Path,
-                   on_line: Callable[[str], None] = print, parent_run_id: str | None = None,
-                   dvc: str | None = None) -> None:
-    """One DVC experiment in the workspace (its stage runs nest under `parent_run_id` in MLflow); raises
-    StudyRunFailed with the tail of its output when it fails."""
-    env = os.environ | ({tracking.PARENT_ENV: parent_run_id} if parent_run_id else {})
-    dvc = dvc or dvc_bin()
-    if exp_ref(name):  # an earlier attempt under this name (killed before its record was kept): replaced
-        subprocess.run([dvc, "exp", "remove", name], capture_output=True, text=True)
-    cmd = exp_command(name, overrides, targets, dvc)
-    on_line(" ".join(["dvc", *cmd[1:]]))
-    code, lines = _stream(cmd, log_path, on_line, env)
-    if code != 0:
-        raise StudyRunFailed(f"{name}: dvc exp run failed (exit {code}):\n" + "\n".join(lines[-20:]))
-
-
-def exp_ref(name: str) -> str | None:
-    """The git ref of the DVC experiment `name` (refs/exps/<baseline>/<name>), if it exists."""
-    out = subprocess.run(["git", "for-each-ref", "--format=%(refname) %(objectname)", "refs/exps"],
-                         capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        ref, _, sha = line.partition(" ")
-        if ref.rsplit("/", 1)[-1] == name:
-            return sha
-    return None
-
-
-def _stream(cmd: list[str], log_path: Path, on_line: Callable[[str], None], env: dict) -> tuple[int, list[str]]:
+def _stream(cmd: list[str], log_path: Path, on_line: Callable[[str], None], env: dict,
+            cwd: Path | None = None) -> tuple[int, list[str]]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
-    with log_path.open("w") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                     text=True, bufsize=1, env=env) as proc:
+    with log_path.open("a") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                     text=True, bufsize=1, env=env, cwd=cwd) as proc:
         for line in proc.stdout:
             log.write(line)
             lines.append(line.rstrip("\n"))
@@ -196,28 +125,27 @@ def problem_table(predictions: Path, timeout_s: float) -> dict[str, dict[str, li
     return {m: t if t["maj"] else {k: v for k, v in t.items() if k not in ("maj", "pass")} for m, t in out.items()}
 
 
-def collect(study: Study, variant: str, seed: int, params, exp_name: str, sft_problems: dict) -> dict:
-    """What one seed of a finished experiment left in the workspace, as the study's result record (`sft_problems`:
-    the SFT model's :func:`problem_table`, shared by the experiment's seeds)."""
-    paths, name = params.common.paths, seed_dir(seed)
+def collect(study: Study, variant: str, seed: int, params, name: str, ws: Path) -> dict:
+    """What a finished run left in its workspace `ws`, as the study's result record."""
+    paths, sd = params.common.paths, seed_dir(seed)
 
     def read(path: Path) -> dict:
         return json.loads(path.read_text()) if path.exists() else {}
 
     timeout = params.rewards.equivalence_timeout_s
-    rl_eval = read(Path(paths.eval) / "rl" / name / "metrics.json")
-    sft_eval = read(Path(paths.metrics) / "eval" / "sft.json")
+    rl_eval = read(ws / paths.eval / "rl" / sd / "metrics.json")
+    sft_eval = read(ws / paths.metrics / "eval" / "sft.json")
     keep = lambda m: {k: v for k, v in m.items() if k.startswith(("synthetic/", "val/synthetic/"))}  # noqa: E731
     return {
         "study": study.name, "variant": variant, "label": study.variants[variant].label, "seed": seed,
         "key": study.run_key(variant, seed), "settings_key": study.settings_key(variant, seed),
-        "code_key": study.code_key(variant, seed), "exp_name": exp_name,
+        "code_key": study.code_key(variant, seed), "run_name": name,
         "overrides": study.overrides(variant, seed), "mode": params.rl.mode, "algorithm": params.rl.algorithm,
-        "rl": read(Path(paths.metrics) / "rl" / f"{name}.json"),
-        "curve": _read_csv(Path(paths.plots) / "rl" / f"{name}.csv"),
-        "eval": keep(rl_eval), "sft_eval": keep(sft_eval), "sft": read(Path(paths.metrics) / "sft.json"),
-        "problems": {"rl": problem_table(Path(paths.eval) / "rl" / name / "predictions.jsonl", timeout),
-                     "sft": sft_problems},
+        "rl": read(ws / paths.metrics / "rl" / f"{sd}.json"),
+        "curve": _read_csv(ws / paths.plots / "rl" / f"{sd}.csv"),
+        "eval": keep(rl_eval), "sft_eval": keep(sft_eval), "sft": read(ws / paths.metrics / "sft.json"),
+        "problems": {"rl": problem_table(ws / paths.eval / "rl" / sd / "predictions.jsonl", timeout),
+                     "sft": problem_table(ws / paths.eval / "sft" / "predictions.jsonl", timeout)},
     }
 
 
@@ -233,8 +161,8 @@ def log_child(run: tracking.StageRun, result: dict, params) -> None:
     run.log_params({"overrides": {k: json.dumps(v) for k, v in result["overrides"].items()},
                     "rl": params.rl.model_dump(), "sft.init": params.sft.init,
                     "evaluate.datasets": params.evaluate.datasets.model_dump()})
-    run.set_tags({"dvc.exp": result["exp_name"], "dvc.exp_ref": result.get("exp_ref") or "",
-                  "dsmath.run_key": result["key"]})
+    run.set_tags({"dsmath.run_name": result["run_name"], "dsmath.run_key": result["key"],
+                  "dsmath.threads": str(result.get("threads") or params.common.num_threads)})
 
 
 def current_record(study: Study, variant: str, seed: int) -> dict | None:
@@ -244,61 +172,6 @@ def current_record(study: Study, variant: str, seed: int) -> dict | None:
         return None
     record = json.loads(out.read_text())
     return record if record.get("key") == study.run_key(variant, seed) else None
-
-
-def run_variant(study: Study, variant: str, seeds: list[int], parent: tracking.StageRun | None, dvc: str,
-                on_line: Callable[[str], None] = print, machine: dict | None = None) -> list[dict]:
-    """The seeds of one variant not run yet, as *one* DVC experiment (``common.rl_seeds`` = those seeds: an
-    rl@<seed> stage each, one evaluate@rl over them, the shared stages once); returns every seed's record.
-
-    MLflow: the experiment's stage runs nest under one run of the variant (kind ``study-exp``); each seed gets its
-    own child of the study's parent (kind ``study-run``: curves, evaluation, the experiment's name and ref), so the
-    compare view lines seeds and variants up. A seed's results do not depend on which seeds share its experiment.
-    """
-    kept = {s: r for s in seeds if (r := current_record(study, variant, s)) is not None}
-    for s in kept:
-        on_line(f"study {study.name}: {variant} seed {s} done before, kept")
-    todo = [s for s in seeds if s not in kept]
-    if not todo:
-        return [kept[s] for s in seeds]
-    restore_params_file()
-    params = {s: variant_params(study, variant, s, study.profile) for s in todo}
-    first = params[todo[0]]
-    name, pid = study.exp_name(variant, todo), parent.run_id if parent else None
-    tags = {"dsmath.study": study.name, "dsmath.variant": variant}
-    seed_tags = {s: {"dsmath.kind": "study-run", **tags, "dsmath.seed": str(s)} for s in todo}
-    exp_tags = {"dsmath.kind": "study-exp", **tags}
-    for t in (exp_tags, *seed_tags.values()):
-        tracking.end_unfinished(first, t)  # the runs of a killed attempt
-    exp_run = tracking.open_run(first, f"{variant}: dvc exp {name}", exp_tags | {"dvc.exp": name}, pid)
-    children = {s: tracking.open_run(params[s], f"{variant} seed {s}", seed_tags[s], pid) for s in todo}
-    on_line(f"study {study.name}: {variant} seed{'s' if len(todo) > 1 else ''} {', '.join(map(str, todo))}")
-    t0 = time.perf_counter()
-    try:  # the stage runs nest under the variant's experiment run
-        run_experiment(name, study.exp_overrides(variant, todo), study.targets,
-                       Path(study.results) / "logs" / f"{name}.log", on_line, exp_run.run_id, dvc)
-    except StudyRunFailed:
-        for run in (exp_run, *children.values()):
-            tracking.close_run(run, ok=False)
-        raise
-    wall = time.perf_counter() - t0
-    tracking.tag_children_from_lock(exp_run.run_id)
-    ref = exp_ref(name)
-    common = {"wall_s": round(wall / len(todo), 1), "exp_wall_s": round(wall, 1), "exp_seeds": todo, "exp_ref": ref,
-              "git_commit": tracking.git_tags()["git.commit"], **(machine or {})}
-    sft_problems = problem_table(Path(first.common.paths.eval) / "sft" / "predictions.jsonl",
-                                 first.rewards.equivalence_timeout_s)  # the same SFT model for every seed
-    for s in todo:
-        result = collect(study, variant, s, params[s], name, sft_problems) | common
-        log_child(children[s], result, params[s])
-        children[s].set_tags({"dsmath.exp_run_id": exp_run.run_id})
-        tracking.close_run(children[s])
-        _write_record(study.result_path(variant, s), result)
-        kept[s] = result
-    exp_run.set_tags({"dvc.exp_ref": ref or ""})
-    exp_run.log_metrics({"study/exp_wall_s": wall})
-    tracking.close_run(exp_run)
-    return [kept[s] for s in seeds]
 
 
 def _write_record(out: Path, result: dict) -> None:
@@ -325,49 +198,171 @@ def dvc_bin() -> str:
     return str(Path(sys.executable).with_name("dvc"))
 
 
+def threads_per_run(jobs: int, cores: int | None = None) -> int | None:
+    """torch threads of each of `jobs` runs sharing the machine: its cores split evenly (at least 1); None for one
+    run at a time (the profile's common.num_threads)."""
+    if jobs <= 1:
+        return None
+    return max(1, (cores or os.cpu_count() or 1) // jobs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a study: the shared chain, then the runs
+
+
+@dataclasses.dataclass
+class Runner:
+    """One study's runs from the project at `source` (the current directory): their workspaces, their MLflow
+    children under `parent`, the machine record every record carries."""
+
+    study: Study
+    parent: tracking.StageRun | None = None
+    source: Path = dataclasses.field(default_factory=Path.cwd)
+    on_line: Callable[[str], None] = print
+    machine: dict = dataclasses.field(default_factory=dict)
+    dvc: str = dataclasses.field(default_factory=dvc_bin)
+    jobs: int = 1
+
+    def __post_init__(self) -> None:
+        self.profile_raw = load_raw(self.study.profile)
+        self.cache_dir = workspace.dvc_cache_dir(self.source, self.dvc)
+        self.threads = threads_per_run(self.jobs)
+        # what a run reproduces: the targets not in the chain (the chain's outputs are in its workspace already;
+        # `evaluate@sft` lists common.rl_seeds among its params, so reproduced in a one-seed workspace it would
+        # run again for every seed)
+        self.run_targets = [t for t in self.study.targets if t not in self.study.chain] or list(self.study.targets)
+
+    def name(self, variant: str, seed: int) -> str:
+        return self.study.exp_name(variant, [seed])
+
+    def log_path(self, name: str) -> Path:
+        return Path(self.study.results) / "logs" / f"{name}.log"
+
+    def repro(self, ws: Path, targets: list[str], name: str, parent_id: str | None, threads: int | None) -> None:
+        """`dvc repro <targets>` in the workspace; StudyRunFailed with the tail of its output when it fails."""
+        cmd = [self.dvc, "repro", *targets]
+        prefix = f"[{name}] " if self.jobs > 1 else ""
+        self.on_line(f"{prefix}dvc repro {' '.join(targets)}   (in {ws.relative_to(self.source)})")
+        code, lines = _stream(cmd, self.log_path(name), lambda line: self.on_line(prefix + line),
+                              workspace.run_env(threads, parent_id), cwd=ws)
+        if code != 0:
+            raise StudyRunFailed(f"{name}: dvc repro failed (exit {code}):\n" + "\n".join(lines[-20:]))
+
+    def chain_name(self, variant: str) -> str:
+        return f"{self.study.exp_name(variant, [])}chain"
+
+    def workspace(self, variant: str, seed: int) -> Path:
+        """The run's workspace, its chain's outputs taken from the variant's chain workspace."""
+        chain_ws = self.source / workspace.ROOT / self.chain_name(variant)
+        return workspace.prepare(self.source, self.name(variant, seed), self.profile_raw,
+                                 self.study.overrides(variant, seed), self.cache_dir, chain_ws, self.study.chain)
+
+    def build_chain(self, variant: str, seed: int) -> None:
+        """The study's chain (corpus ... SFT and its evaluation) for `variant`, in a workspace of its own that starts
+        from the project's outputs: up to date there, nothing runs; else DVC builds what changed (all the machine's
+        threads: nothing else runs yet). The variant's runs take their chain from it."""
+        name = self.chain_name(variant)
+        self.on_line(f"study {self.study.name}: {variant}: the shared chain ({', '.join(self.study.chain)})")
+        ws = workspace.prepare(self.source, name, self.profile_raw, self.study.overrides(variant, seed),
+                               self.cache_dir, self.source, self.study.chain)
+        self.repro(ws, self.study.chain, name, self.parent.run_id if self.parent else None, None)
+
+    def run(self, variant: str, seed: int) -> dict:
+        """One variant x seed in its workspace: its record (also written to the results folder and MLflow)."""
+        study, name = self.study, self.name(variant, seed)
+        params = variant_params(study, variant, seed, study.profile)
+        tags = {"dsmath.kind": "study-run", "dsmath.study": study.name, "dsmath.variant": variant,
+                "dsmath.seed": str(seed)}
+        with _MLFLOW:
+            tracking.end_unfinished(params, tags)  # the run of a killed attempt
+            child = tracking.open_run(params, f"{variant} seed {seed}", tags, self.parent.run_id if self.parent
+                                      else None)
+        self.on_line(f"study {study.name}: {variant} seed {seed}")
+        t0 = time.perf_counter()
+        try:
+            ws = self.workspace(variant, seed)
+            self.repro(ws, self.run_targets, name, child.run_id, self.threads)  # its stage runs nest under the child
+        except Exception:
+            with _MLFLOW:
+                tracking.close_run(child, ok=False)
+            raise
+        wall = time.perf_counter() - t0
+        with _MLFLOW:
+            tracking.tag_children_from_lock(child.run_id, ws / "dvc.lock")
+            result = collect(study, variant, seed, params, name, ws) | {
+                "wall_s": round(wall, 1), "threads": self.threads or params.common.num_threads, "jobs": self.jobs,
+                "git_commit": tracking.git_tags()["git.commit"], **self.machine}
+            log_child(child, result, params)
+            tracking.close_run(child)
+        _write_record(study.result_path(variant, seed), result)
+        workspace.remove(ws)
+        return result
+
+    def run_all(self, runs: list[tuple[str, int]]) -> tuple[list[dict], list[str]]:
+        """`runs` (variant, seed): kept records as they are, the chain of each variant with work once, then the rest
+        `jobs` at a time. Returns (records in the order of `runs`, failures); a failure does not stop the others."""
+        records, failed = {}, []
+        for v, s in runs:
+            if (kept := current_record(self.study, v, s)) is not None:
+                self.on_line(f"study {self.study.name}: {v} seed {s} done before, kept")
+                records[v, s] = kept
+        todo = [r for r in runs if r not in records]
+        chained: list[str] = []
+        for v, s in todo:
+            if v in chained or any(f.startswith(f"{self.chain_name(v)}:") for f in failed):
+                continue
+            try:
+                self.build_chain(v, s)
+                chained.append(v)
+            except StudyRunFailed as err:
+                self.on_line(f"error: {err}")
+                failed.append(str(err))
+        todo = [(v, s) for v, s in todo if v in chained]
+        with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
+            futures = {pool.submit(self.run, v, s): (v, s) for v, s in todo}
+            for fut in as_completed(futures):
+                try:
+                    records[futures[fut]] = fut.result()
+                except StudyRunFailed as err:
+                    self.on_line(f"error: {err}")
+                    failed.append(str(err))
+        self.remove_chains(runs)
+        return [records[r] for r in runs if r in records], failed
+
+    def remove_chains(self, runs: list[tuple[str, int]]) -> None:
+        """Delete the chain workspace of each variant of `runs` whose runs all have their record."""
+        for v in dict.fromkeys(v for v, _ in runs):
+            if all(current_record(self.study, v, s) is not None for v2, s in runs if v2 == v):
+                workspace.remove(self.source / workspace.ROOT / self.chain_name(v))
+
+
 @contextlib.contextmanager
-def study_session(study: Study) -> Iterator[tuple[Study, tracking.StageRun, dict, str]]:
-    """The frame of a study's runs: the workspace saved (and restored afterwards, even on failure), the MLflow parent
-    open (FINISHED on success, FAILED otherwise). Yields (the study, its variants overlaying the saved params.yaml
-    while the experiments rewrite the real one; the parent run; the machine record; the dvc executable)."""
+def study_session(study: Study, jobs: int = 1,
+                  on_line: Callable[[str], None] = print) -> Iterator[Runner]:
+    """The frame of a study's runs: its MLflow parent open (FINISHED on success, FAILED otherwise) and a Runner."""
     from dsmath.config import load_params
 
-    resumed = (STATE / "saved").exists()
-    params = load_params(STATE / "saved" / "params.yaml" if resumed else "params.yaml")
-    dvc = dvc_bin()
-    if resumed:  # a killed study: clear what its experiment left, put the workspace back, then save it again
-        recover_killed_experiment(dvc)
-        restore_workspace(params, dvc)
-    save_workspace(params)
-    study = dataclasses.replace(study, profile=str(STATE / "saved" / "params.yaml"))
+    params = load_params(study.profile)
     parent = open_parent(study, params)
-    parent.set_tags({"dsmath.study_file": study.path})
+    parent.set_tags({"dsmath.study_file": study.path, "dsmath.jobs": str(jobs)})
     ok = False
     try:
-        yield study, parent, machine_record(), dvc
+        yield Runner(study, parent, on_line=on_line, machine=machine_record(), jobs=jobs)
         ok = True
     finally:
-        restore_workspace(params, dvc)
         tracking.close_run(parent, ok=ok)
 
 
 def run_study(study: Study, variants: list[str] | None = None, seeds: list[int] | None = None,
-              on_line: Callable[[str], None] = print, report: bool = True) -> list[dict]:
-    """Every (selected) variant x seed not run yet (a variant's seeds in one experiment), then the report (`make
-    study`). A failed experiment does not stop the others: the report is written from what finished and
-    StudyRunFailed names the failures at the end."""
+              on_line: Callable[[str], None] = print, report: bool = True, jobs: int = 1) -> list[dict]:
+    """Every (selected) variant x seed not run yet, `jobs` at a time, then the report (`make study`). A failed run
+    does not stop the others: the report is written from what finished and StudyRunFailed names the failures."""
     from dsmath.study.report import build_study_report
 
-    with study_session(study) as (study, parent, machine, dvc):
-        results, failed = [], []
-        for v, todo in study.variant_runs(variants, seeds):
-            try:
-                results += run_variant(study, v, todo, parent, dvc, on_line, machine)
-            except StudyRunFailed as err:
-                on_line(f"error: {err}")
-                failed.append(str(err))
+    with study_session(study, jobs, on_line) as runner:
+        results, failed = runner.run_all(study.runs(variants, seeds))
         if report:
-            build_study_report(study, parent)
+            build_study_report(study, runner.parent)
         if failed:
             raise StudyRunFailed(f"{len(failed)} run(s) failed (the next `make study` retries them):\n"
                                  + "\n".join(failed))

@@ -69,6 +69,12 @@ class Study:
     equivalence_margin: float = DEFAULT_EQUIVALENCE_MARGIN  # `expect: same` holds when difference +- 2 SE lies within
     pilot_sd: float | None = None  # sd of per-seed paired differences (accuracy points) a pilot measured: planned MDE
     code_root: str | None = None  # the DVC project whose dvc.yaml and code the code key reads (None: codekey's default)
+    chain: list[str] = field(default_factory=list)  # stages shared by the runs, built once before them (default_chain)
+    jobs: int = 1  # runs at once on this machine (each with cores / jobs threads); `--jobs` / `make study JOBS=N`
+
+    def __post_init__(self) -> None:
+        if not self.chain:
+            object.__setattr__(self, "chain", default_chain(self.targets))
 
     def runs(self, variants: list[str] | None = None, seeds: list[int] | None = None) -> list[tuple[str, int]]:
         """(variant, seed) pairs to run, variant-major in the file's order (a subset when asked)."""
@@ -127,6 +133,12 @@ class Study:
         return Path(self.results) / "runs" / variant / f"seed-{seed}.json"
 
 
+def default_chain(targets: list[str]) -> list[str]:
+    """The stages every run of a study shares, built once before the runs: the SFT model and the targets that do
+    not depend on the RL seed (the SFT evaluation)."""
+    return list(dict.fromkeys(["sft", *(t for t in targets if not t.startswith(("rl", "evaluate@rl")))]))
+
+
 def dotted_to_nested(overrides: dict[str, Any]) -> dict:
     """{'rl.beta': 0} -> {'rl': {'beta': 0}} (for :func:`dsmath.config.merge`)."""
     out: dict = {}
@@ -171,6 +183,13 @@ def _pilot_sd(path: Path, value: Any) -> float | None:
     return float(value)
 
 
+def _jobs(path: Path, value: Any) -> int:
+    """The study file's `jobs`: how many runs at once on one machine (a whole number >= 1)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ParamsError(f"{path}: jobs must be a whole number >= 1 (runs at once; got {value!r})")
+    return value
+
+
 def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Study:
     """Read and validate a study file (every variant x seed against `params_file`)."""
     p = Path(path)
@@ -179,7 +198,7 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
     except FileNotFoundError:
         raise ParamsError(f"{p}: study file not found") from None
     known = {"name", "seeds", "targets", "shared", "variants", "figures", "findings", "results", "report",
-             "equivalence_margin", "pilot_sd"}
+             "equivalence_margin", "pilot_sd", "chain", "jobs"}
     if extra := sorted(set(raw) - known):
         raise ParamsError(f"{p}: unknown keys {', '.join(extra)} (allowed: {', '.join(sorted(known))})")
     variants = {}
@@ -203,7 +222,8 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
                   results=str(raw.get("results") or f"study/{raw.get('name') or p.stem}"),
                   report=str(raw.get("report") or "reports/study.md"), profile=str(params_file),
                   equivalence_margin=float(raw.get("equivalence_margin", DEFAULT_EQUIVALENCE_MARGIN)),
-                  pilot_sd=_pilot_sd(p, raw.get("pilot_sd")))
+                  pilot_sd=_pilot_sd(p, raw.get("pilot_sd")), chain=list(raw.get("chain") or []),
+                  jobs=_jobs(p, raw.get("jobs", 1)))
     for f in findings:
         for v in (f.a, f.b):
             if v not in variants and not (v == "sft" and v is f.b):
