@@ -28,9 +28,9 @@ from dsmath.study.spec import load_study
 
 
 @task(task_run_name="chain-{variant}", cache_policy=NO_CACHE)
-def build_chain(job: runner.Runner, variant: str, seed: int) -> None:
-    """The shared chain of `variant` (built, or checked out from DVC's run cache)."""
-    job.build_chain(variant, seed)
+def build_chain(job: runner.Runner, variant: str) -> None:
+    """The shared chain of `variant` and of every variant with the same chain params (up to date: nothing runs)."""
+    job.build_chain(variant)
 
 
 @task(task_run_name="{variant}-{seed}", cache_policy=NO_CACHE)
@@ -64,15 +64,16 @@ def dsmath_study(study_file: str = "configs/study.yaml", variants: list[str] | N
         for v, s in runs:
             if (v, s) not in todo:
                 log.info(f"study {study.name}: {v} seed {s} done before, kept")
-        chained = {}
-        for v, s in todo:  # the chain of each variant, one at a time, before any run
-            if v not in chained:
-                chained[v] = build_chain(job, v, s, return_state=True).is_completed()
+        chains = {v: job.chain_name(v) for v in dict.fromkeys(v for v, _ in todo)}
+        built: dict[str, bool] = {}
+        for v, name in chains.items():  # each distinct chain once, one at a time, before any run
+            if name not in built:
+                built[name] = build_chain(job, v, return_state=True).is_completed()
+        chained = {v: built[name] for v, name in chains.items()}
         with ThreadPoolTaskRunner(max_workers=jobs) as pool:
             futures = {(v, s): pool.submit(run_one, {"job": job, "variant": v, "seed": s})
                        for v, s in todo if chained[v]}
             states = {key: fut.wait() or fut.state for key, fut in futures.items()}
-        job.remove_chains(runs)
         rows = [st.result() for st in states.values() if st.is_completed()]
         if rows:
             create_table_artifact(rows, key=f"study-{study.name}-runs".lower().replace("_", "-"),

@@ -39,6 +39,7 @@ def project(tmp_path, monkeypatch):
             paths[key] = Path(paths[key]).name  # relative, as in params.yaml
     Path("params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     Path("study.yaml").write_text(STUDY)
+    Path("dvc.yaml").write_text((Path(__file__).resolve().parents[2] / "dvc.yaml").read_text())
     Path(".gitignore").write_text("mlflow.db\nmlartifacts/\n")
     subprocess.run(["git", "init", "-q"], check=True)
     calls, lock = [], threading.Lock()
@@ -96,15 +97,17 @@ def test_each_run_has_its_own_workspace_record_and_mlflow_child_and_params_yaml_
     records, failed = job.run_all([("grpo", 1234), ("grpo", 1235)])
     assert not failed and [r["seed"] for r in records] == [1234, 1235]
     # the chain once (in a workspace of its own), then one run per seed in its own workspace, one seed each
+    chain = job.chain_name("grpo")
+    assert chain.startswith("two-chain-") and chain == job.chain_name("online_rft")  # rl.algorithm: not a chain param
     assert [(c["name"], c["targets"], c["seeds"]) for c in calls] == [
-        ("two-grpo-chain", ["sft", "evaluate@sft"], [1234]),
+        (chain, ["sft", "evaluate@sft"], [1234]),
         ("two-grpo-1234", ["evaluate@rl"], [1234]),  # the SFT evaluation comes from the chain's workspace
         ("two-grpo-1235", ["evaluate@rl"], [1235])]
     assert [c["ws"] for c in calls] == [Path.cwd() / workspace.ROOT / n for n in
-                                        ("two-grpo-chain", "two-grpo-1234", "two-grpo-1235")]
+                                        (chain, "two-grpo-1234", "two-grpo-1235")]
     assert all(c["steps"] == 3 and c["threads"] is None for c in calls)  # the study's shared overrides; one job
     assert Path("params.yaml").read_bytes() == before
-    assert not list(workspace.ROOT.iterdir())  # finished runs' workspaces and the done variant's chain: removed
+    assert [p.name for p in workspace.ROOT.iterdir()] == [chain]  # runs' workspaces removed; the chain kept
     for r, seed in zip(records, (1234, 1235), strict=True):
         on_disk = json.loads(study.result_path("grpo", seed).read_text())
         assert on_disk == r and r["key"] == study.run_key("grpo", seed)
@@ -117,7 +120,7 @@ def test_each_run_has_its_own_workspace_record_and_mlflow_child_and_params_yaml_
     kept = records[0] | {"variant": "online_rft", "key": study.run_key("online_rft", 1234)}
     study.result_path("online_rft", 1234).write_text(json.dumps(kept))
     again, _ = job.run_all([("online_rft", 1234), ("online_rft", 1235)])
-    assert [c["name"] for c in calls[3:]] == ["two-online_rft-chain", "two-online_rft-1235"]
+    assert [c["name"] for c in calls[3:]] == [chain, "two-online_rft-1235"]  # the same chain, up to date
     assert again[0] == kept and again[1]["run_name"] == "two-online_rft-1235"
     assert "study two: online_rft seed 1234 done before, kept" in seen
     assert job.run_all([("grpo", 1234), ("grpo", 1235)])[0] == records and len(calls) == 5
@@ -150,8 +153,8 @@ def test_two_jobs_run_at_once_with_half_the_threads_each_and_a_failed_run_keeps_
     monkeypatch.setattr(runner.Runner, "repro", failing)
     records, failed = runner.Runner(study, None, on_line=lambda line: None).run_all([("online_rft", 1234)])
     assert records == [] and failed == ["two-online_rft-1234: dvc repro failed (exit 1)"]
-    assert sorted(p.name for p in workspace.ROOT.iterdir()) == ["two-online_rft-1234", "two-online_rft-chain"]
-    assert (workspace.ROOT / "two-online_rft-1234" / "params.yaml").exists()  # kept for the retry, with its chain
+    assert sorted(p.name for p in workspace.ROOT.iterdir()) == sorted([job.chain_name("grpo"), "two-online_rft-1234"])
+    assert (workspace.ROOT / "two-online_rft-1234" / "params.yaml").exists()  # kept for the retry
 
 
 def test_a_workspace_holds_the_projects_files_its_own_params_and_the_projects_cache(project):
@@ -229,3 +232,15 @@ def test_a_runs_mlflow_store_is_the_projects_even_when_the_environment_names_it_
     env = workspace.run_env(2, "abc")
     assert env["MLFLOW_TRACKING_URI"] == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
     assert env[workspace.THREADS_ENV] == "2" and env["DSMATH_PARENT_RUN_ID"] == "abc"
+
+
+def test_variants_share_a_chain_exactly_when_its_stages_get_the_same_params(project):
+    study, _, _ = project
+    Path("other.yaml").write_text(STUDY.replace("online_rft: {overrides: {rl.algorithm: online_rft}}",
+                                                "online_rft: {overrides: {rl.algorithm: online_rft}}\n"
+                                                "  no_pretrain: {overrides: {sft.init: base}}\n"
+                                                "  lr: {overrides: {sft.train.optim.lr: 0.001}}"))
+    job = runner.Runner(load_study("other.yaml"), on_line=lambda line: None)
+    names = {v: job.chain_name(v) for v in ("grpo", "online_rft", "no_pretrain", "lr")}
+    assert names["grpo"] == names["online_rft"]
+    assert len({names["grpo"], names["no_pretrain"], names["lr"]}) == 3

@@ -147,3 +147,32 @@ def study_code_hash(targets: list[str], params: dict, root: Path | None = None) 
     inst = stage_instances(_parse(dvc_yaml.read_text()), params)
     deps = {d for n in _reach(inst, targets) for d in inst[n]["code"]}
     return codedeps.code_hash(code_files(deps, root), root)[:16]
+
+
+def stages_params_hash(targets: list[str], params: dict, root: Path | None = None) -> str:
+    """sha256 (16 hex digits) over the params of every stage `targets` reach: for each stage instance, the keys its
+    dvc.yaml `params` list names with their values in `params`. Two runs with the same hash (and the same code, data
+    and command) reproduce those stages alike: a study's variants with the same hash for its chain share one built
+    chain (:class:`dsmath.study.runner.Runner`)."""
+    import hashlib
+    import json
+
+    root = Path(root) if root is not None else default_root()
+    dvc_yaml = root / "dvc.yaml"
+    if not dvc_yaml.is_file():
+        return "no-dvc-yaml"
+    stages = _parse(dvc_yaml.read_text())
+    values: dict[str, dict] = {}
+    for name in reached_stages(stages, targets, params):
+        spec = stages[name.split("@", 1)[0]]
+        body = spec.get("do") or {} if "foreach" in spec else spec
+        keys = [k for k in body.get("params") or [] if isinstance(k, str)]
+        values[name] = {k: _value(params, k) for k in keys}
+    return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _value(params: dict, key: str) -> object:
+    try:
+        return _lookup(params, key, None)
+    except KeyError:
+        return None

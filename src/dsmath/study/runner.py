@@ -4,10 +4,12 @@ A run (one variant, one seed) is ``dvc repro`` in its workspace (:mod:`dsmath.st
 the project with params.yaml = the study's profile + shared + variant overrides + ``common.rl_seeds: [seed]``, DVC on
 the project's cache). The user's params.yaml, dvc.lock, metrics/ and plots/ are never touched, killed or not.
 
-1. **The shared chain, once.** For each variant with runs to do, in the file's order and one at a time, a chain
-   workspace that starts from the project's outputs reproduces the study's ``chain`` (default: the SFT model and
-   its evaluation): up to date, nothing runs; otherwise DVC builds what changed, or takes it from its run cache
-   when another variant built it.
+1. **The shared chain, once.** Before any run, one at a time, a chain workspace per distinct chain (variants whose
+   chain stages get the same params share one; `sft.init: base` makes another) starts from the project's outputs
+   and reproduces the study's ``chain`` (default: the SFT model and its evaluation): up to date, nothing runs;
+   otherwise DVC builds what changed. Chain workspaces are kept after the study (named by that params hash), so the
+   next study with the same chain finds it built even where it differs from the project's (a study's `shared`
+   overrides may touch the SFT stage); DVC re-runs in it what code changes touch. Delete them to reclaim the space.
 2. **The runs, N at a time** (``jobs``): each reproduces the study's targets other than the chain in its workspace
    (the chain's outputs linked from the variant's chain workspace; ``rl@<seed>`` and ``evaluate@rl`` run), each with
    cores / N torch threads ($DSMATH_NUM_THREADS: how a run uses the machine, not what it computes;
@@ -248,8 +250,18 @@ class Runner:
         if code != 0:
             raise StudyRunFailed(f"{name}: dvc repro failed (exit {code}):\n" + "\n".join(lines[-20:]))
 
+    def chain_overrides(self, variant: str) -> dict[str, Any]:
+        """The overrides a variant's chain is built with: the variant's, with the study's first seed (the chain
+        stages do not read it, but `evaluate@sft` lists common.rl_seeds among its params)."""
+        return self.study.overrides(variant, self.study.seeds[0])
+
     def chain_name(self, variant: str) -> str:
-        return f"{self.study.exp_name(variant, [])}chain"
+        """The chain workspace of `variant`, shared by every variant whose chain stages get the same params."""
+        from dsmath.study.codekey import stages_params_hash
+
+        params = variant_params(self.study, variant, self.study.seeds[0], self.study.profile).model_dump()
+        key = stages_params_hash(self.study.chain, params, self.source)
+        return f"{self.study.exp_name('chain', [])}{key[:10]}"
 
     def workspace(self, variant: str, seed: int) -> Path:
         """The run's workspace, its chain's outputs taken from the variant's chain workspace."""
@@ -257,14 +269,16 @@ class Runner:
         return workspace.prepare(self.source, self.name(variant, seed), self.profile_raw,
                                  self.study.overrides(variant, seed), self.cache_dir, chain_ws, self.study.chain)
 
-    def build_chain(self, variant: str, seed: int) -> None:
+    def build_chain(self, variant: str) -> None:
         """The study's chain (corpus ... SFT and its evaluation) for `variant`, in a workspace of its own that starts
         from the project's outputs: up to date there, nothing runs; else DVC builds what changed (all the machine's
-        threads: nothing else runs yet). The variant's runs take their chain from it."""
-        name = self.chain_name(variant)
-        self.on_line(f"study {self.study.name}: {variant}: the shared chain ({', '.join(self.study.chain)})")
-        ws = workspace.prepare(self.source, name, self.profile_raw, self.study.overrides(variant, seed),
-                               self.cache_dir, self.source, self.study.chain)
+        threads: nothing else runs yet). The runs of every variant with the same chain params take it from there.
+        (DVC's run cache cannot stand in: it does not restore stages with a persistent output, and the training
+        stages keep their checkpoints as one.)"""
+        name = self.chain_name(variant)  # kept after the study: the next one finds it up to date
+        self.on_line(f"study {self.study.name}: {variant}: the shared chain ({', '.join(self.study.chain)}) in {name}")
+        ws = workspace.prepare(self.source, name, self.profile_raw, self.chain_overrides(variant), self.cache_dir,
+                               self.source, self.study.chain)
         self.repro(ws, self.study.chain, name, self.parent.run_id if self.parent else None, None)
 
     def run(self, variant: str, seed: int) -> dict:
@@ -307,17 +321,18 @@ class Runner:
                 self.on_line(f"study {self.study.name}: {v} seed {s} done before, kept")
                 records[v, s] = kept
         todo = [r for r in runs if r not in records]
-        chained: list[str] = []
-        for v, s in todo:
-            if v in chained or any(f.startswith(f"{self.chain_name(v)}:") for f in failed):
+        chains = {v: self.chain_name(v) for v in dict.fromkeys(v for v, _ in todo)}
+        built: set[str] = set()
+        for v, name in chains.items():  # each distinct chain once, before any run
+            if name in built or any(f.startswith(f"{name}:") for f in failed):
                 continue
             try:
-                self.build_chain(v, s)
-                chained.append(v)
+                self.build_chain(v)
+                built.add(name)
             except StudyRunFailed as err:
                 self.on_line(f"error: {err}")
                 failed.append(str(err))
-        todo = [(v, s) for v, s in todo if v in chained]
+        todo = [(v, s) for v, s in todo if chains[v] in built]
         with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
             futures = {pool.submit(self.run, v, s): (v, s) for v, s in todo}
             for fut in as_completed(futures):
@@ -326,14 +341,7 @@ class Runner:
                 except StudyRunFailed as err:
                     self.on_line(f"error: {err}")
                     failed.append(str(err))
-        self.remove_chains(runs)
         return [records[r] for r in runs if r in records], failed
-
-    def remove_chains(self, runs: list[tuple[str, int]]) -> None:
-        """Delete the chain workspace of each variant of `runs` whose runs all have their record."""
-        for v in dict.fromkeys(v for v, _ in runs):
-            if all(current_record(self.study, v, s) is not None for v2, s in runs if v2 == v):
-                workspace.remove(self.source / workspace.ROOT / self.chain_name(v))
 
 
 @contextlib.contextmanager
