@@ -1,8 +1,9 @@
 """A study at 1 and at N runs at once on this machine (`python -m dsmath.study run --jobs N`), side by side.
 
-Run from a project whose chain is built (after `make repro`). The chain of every variant is built first and not
-timed (the SFT evaluation at the study's settings, then in DVC's run cache); then each setting of `--jobs` runs the
-whole study from no records, alternating, `--repeats` times. Prints and writes the wall times, their ratio, each
+Run from a project whose chain is built (after `make repro`). The study's chains are built first and not timed (the
+SFT stage and its evaluation at the study's settings; the chain workspaces are kept); then each setting of `--jobs`
+runs the whole study from no records, alternating, `--repeats` times. Prints and writes the wall times, their ratio,
+each
 run's wall time, the machine (CPU, fp32 matmul GFLOP/s before and after) and whether the records of the settings
 agree in every deterministic field (RL curve, RL and evaluation metrics but timings, per-problem results).
 
@@ -22,7 +23,7 @@ from pathlib import Path
 from statistics import median
 
 from dsmath.runtime import tracking
-from dsmath.study import runner, workspace
+from dsmath.study import runner
 from dsmath.study.spec import load_study
 from dsmath.train.flops import matmul_flops_per_s
 
@@ -50,9 +51,8 @@ def main() -> None:
     print(json.dumps(machine), flush=True)
     warm = runner.Runner(study, on_line=lambda line: None)
     t0 = time.perf_counter()
-    for variant in study.variants:  # each chain, untimed (the SFT evaluation at the study's settings, then cached)
-        warm.build_chain(variant)
-        workspace.remove(Path.cwd() / workspace.ROOT / warm.chain_name(variant))
+    for variant in {warm.chain_name(v): v for v in study.variants}.values():  # each chain once, untimed
+        warm.build_chain(variant)  # kept: the timed studies find it up to date
     machine["chain_warmup_s"] = round(time.perf_counter() - t0, 1)
     rows, records = [], {}
     for rep in range(args.repeats):
