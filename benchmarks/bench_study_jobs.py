@@ -3,9 +3,8 @@
 Run from a project whose chain is built (after `make repro`). The study's chains are built first and not timed (the
 SFT stage and its evaluation at the study's settings; the chain workspaces are kept); then each setting of `--jobs`
 runs the whole study from no records, alternating, `--repeats` times. Prints and writes the wall times, their ratio,
-each
-run's wall time, the machine (CPU, fp32 matmul GFLOP/s before and after) and whether the records of the settings
-agree in every deterministic field (RL curve, RL and evaluation metrics but timings, per-problem results).
+each run's wall time, the machine (CPU, fp32 matmul GFLOP/s before and after) and whether the records of the
+settings agree in every deterministic field (RL curve, RL and evaluation metrics but timings, per-problem results).
 
     .venv/bin/python benchmarks/bench_study_jobs.py --study benchmarks/study-jobs.yaml --jobs 1 2 \
         --out benchmarks/results/study_jobs.json
