@@ -3,9 +3,10 @@
 A run workspace is a copy of the project as it stands (every file git tracks or would track: the user's uncommitted
 code and params included, ignored outputs left out) under ``.dvc/tmp/study/runs/<run>/``, with its own params.yaml
 (the study's profile + the run's overrides), its own dvc.lock, metrics/ and plots/. DVC runs in it without git
-(``core.no_scm``) and with the *project's* cache (``cache.dir``), so what one run builds, every other run gets back
-from DVC's run cache instead of building it again: the shared chain (corpus ... SFT, the SFT evaluation) is built once
-and checked out everywhere. The user's params.yaml, dvc.lock, metrics/ and plots/ are never written.
+(``core.no_scm``) and with the *project's* cache (``cache.dir``). A new workspace starts from another's outputs and
+dvc.lock (:func:`seed_outputs`: the project's for a chain workspace, a chain workspace's for a run), so the shared
+chain (corpus ... SFT, the SFT evaluation) is found up to date instead of built again. The user's params.yaml,
+dvc.lock, metrics/ and plots/ are never written.
 
 Stage commands name the interpreter ``common.python`` (``.venv/bin/python``, relative): the workspace links the
 project's ``.venv``. MLflow: a relative SQLite store and artifact folder of the profile are made absolute (the
