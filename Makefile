@@ -26,7 +26,7 @@ repro: setup
 	$(BIN)/python -m dsmath.orchestration.pipeline
 
 study: setup   # the DeepSeekMath study (configs/study.yaml): every variant x seed in its own workspace, resumable;
-	# JOBS=N runs N at once (each with cores / N threads)
+	# JOBS=N runs N at once (their threads: rl.threads / evaluate.threads in the study's shared overrides)
 	$(BIN)/python -m dsmath.study run $(if $(JOBS),--jobs $(JOBS))
 
 readme: setup   # README's results block from the committed metrics/ of a default run

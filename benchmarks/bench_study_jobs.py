@@ -6,7 +6,7 @@ runs the whole study from no records, alternating, `--repeats` times. Prints and
 each run's wall time, the machine (CPU, fp32 matmul GFLOP/s before and after) and whether the records of the
 settings agree in every deterministic field (RL curve, RL and evaluation metrics but timings, per-problem results).
 
-    .venv/bin/python benchmarks/bench_study_jobs.py --study benchmarks/study-jobs.yaml --jobs 1 2 \
+    .venv/bin/python benchmarks/bench_study_jobs.py --study benchmarks/study-jobs.yaml --jobs 1 2 --split-cores \
         --out benchmarks/results/study_jobs.json
 """
 
@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from statistics import median
+
+import yaml
 
 from dsmath.runtime import tracking
 from dsmath.study import runner
@@ -38,12 +41,25 @@ def untimed(record: dict) -> dict:
             "eval": strip(record["eval"]), "sft_eval": strip(record["sft_eval"])}
 
 
+def _with_threads(study_file: str, jobs: int) -> str:
+    """A copy of the study file whose runs get the machine's cores split over `jobs` (rl.threads, evaluate.threads):
+    the settings a user picks for 1 and for N runs at once. Their records then differ in the float reduction order."""
+    raw = yaml.safe_load(Path(study_file).read_text())
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    raw["shared"] = {**(raw.get("shared") or {}), "rl.threads": threads, "evaluate.threads": threads}
+    out = Path(study_file).with_name(f"{Path(study_file).stem}-jobs{jobs}.yaml")
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return str(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", default="benchmarks/study-jobs.yaml")
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--split-cores", action="store_true",
+                        help="give each setting's runs cores / jobs threads (else the study file's threads for all)")
     args = parser.parse_args()
     study = load_study(args.study)
     machine = {"cpu": tracking.cpu_name(), "matmul_gflops_before": round(matmul_flops_per_s() / 1e9, 1)}
@@ -58,7 +74,8 @@ def main() -> None:
         order = args.jobs if rep % 2 == 0 else list(reversed(args.jobs))
         for jobs in order:
             shutil.rmtree(study.results, ignore_errors=True)
-            cmd = [sys.executable, "-m", "dsmath.study", "run", "--study", args.study, "--jobs", str(jobs)]
+            study_file = _with_threads(args.study, jobs) if args.split_cores else args.study
+            cmd = [sys.executable, "-m", "dsmath.study", "run", "--study", study_file, "--jobs", str(jobs)]
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True)
             wall = time.perf_counter() - t0

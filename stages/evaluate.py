@@ -28,4 +28,4 @@ def main(params: Params, model_name: str) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main, multiprocess=True)
+    run_stage(main, multiprocess=True, threads=lambda p: p.evaluate.threads)

@@ -26,4 +26,4 @@ def main(params: Params, seed: str) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main, multiprocess=True)
+    run_stage(main, multiprocess=True, threads=lambda p: p.rl.threads)

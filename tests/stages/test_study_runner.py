@@ -1,6 +1,6 @@
 """The study runner around a stand-in `dvc repro`: each variant x seed runs in a workspace of its own (the project's
-params.yaml never touched), the shared chain once per variant before the runs, N runs at once with their share of the
-threads, a record and an MLflow child per run, kept records not run again (the real runs are in tests/e2e)."""
+params.yaml never touched), the shared chain once before the runs, N runs at once with the same params whatever N,
+a record and an MLflow child per run, kept records not run again (the real runs are in tests/e2e)."""
 
 from __future__ import annotations
 
@@ -45,11 +45,12 @@ def project(tmp_path, monkeypatch):
     calls, lock = [], threading.Lock()
     barrier = threading.Barrier(2, timeout=20)
 
-    def fake_repro(self, ws, targets, name, parent_id, threads):
+    def fake_repro(self, ws, targets, name, parent_id):
         p = yaml.safe_load((ws / "params.yaml").read_text())
         seeds = p["common"]["rl_seeds"]
         with lock:
-            calls.append({"name": name, "ws": ws, "targets": list(targets), "seeds": seeds, "threads": threads,
+            calls.append({"name": name, "ws": ws, "targets": list(targets), "seeds": seeds,
+                          "threads": p["rl"]["threads"],
                           "algorithm": p["rl"]["algorithm"], "steps": p["rl"]["steps"], "parent": parent_id,
                           "jobs": self.jobs})
         if "evaluate@sft" in targets:  # the chain: the SFT evaluation and a lock naming its outputs
@@ -105,7 +106,7 @@ def test_each_run_has_its_own_workspace_record_and_mlflow_child_and_params_yaml_
         ("two-grpo-1235", ["evaluate@rl"], [1235])]
     assert [c["ws"] for c in calls] == [Path.cwd() / workspace.ROOT / n for n in
                                         (chain, "two-grpo-1234", "two-grpo-1235")]
-    assert all(c["steps"] == 3 and c["threads"] is None for c in calls)  # the study's shared overrides; one job
+    assert all(c["steps"] == 3 for c in calls)  # the study's shared overrides
     assert Path("params.yaml").read_bytes() == before
     assert [p.name for p in workspace.ROOT.iterdir()] == [chain]  # runs' workspaces removed; the chain kept
     for r, seed in zip(records, (1234, 1235), strict=True):
@@ -137,16 +138,15 @@ def test_each_run_has_its_own_workspace_record_and_mlflow_child_and_params_yaml_
     assert all(r.info.status == "FINISHED" for r in runs.values())
 
 
-def test_two_jobs_run_at_once_with_half_the_threads_each_and_a_failed_run_keeps_its_workspace(project, monkeypatch):
+def test_two_jobs_run_at_once_with_the_params_of_one_and_a_failed_run_keeps_its_workspace(project, monkeypatch):
     study, calls, raw = project
     job = runner.Runner(study, None, jobs=2, on_line=lambda line: None)
     records, failed = job.run_all([("grpo", 1234), ("grpo", 1235)])  # the fake waits until both runs are in
-    assert not failed and len(records) == 2
-    cores = __import__("os").cpu_count()
-    assert {c["threads"] for c in calls if "evaluate@rl" in c["targets"]} == {max(1, cores // 2)}
-    assert [c["threads"] for c in calls if "evaluate@rl" not in c["targets"]] == [None]  # the chain: all cores
+    assert not failed and len(records) == 2 and {r["jobs"] for r in records} == {2}
+    assert {c["threads"] for c in calls} == {0}  # jobs sets no param: rl.threads is the profile's (0: common's)
+    assert {r["key"] for r in records} == {study.run_key("grpo", 1234), study.run_key("grpo", 1235)}
 
-    def failing(self, ws, targets, name, parent_id, threads):  # the chain builds, the run fails
+    def failing(self, ws, targets, name, parent_id):  # the chain builds, the run fails
         if "evaluate@rl" in targets:
             raise runner.StudyRunFailed(f"{name}: dvc repro failed (exit 1)")
 
@@ -192,8 +192,6 @@ def test_relative_tracking_is_made_the_projects(tmp_path):
                    "experiment": "x"}
     server = {"common": {"tracking": {"uri": "http://127.0.0.1:5000", "artifacts": "/abs", "experiment": "x"}}}
     assert workspace.absolute_tracking(server, tmp_path) == server
-    assert runner.threads_per_run(1, 16) is None and runner.threads_per_run(2, 16) == 8
-    assert runner.threads_per_run(4, 2) == 1
 
 
 def test_a_new_workspace_takes_the_chains_outputs_linked_and_its_checkpoints_copied(tmp_path):
@@ -229,9 +227,9 @@ def test_a_new_workspace_takes_the_chains_outputs_linked_and_its_checkpoints_cop
 def test_a_runs_mlflow_store_is_the_projects_even_when_the_environment_names_it_relatively(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")  # what mlflow.set_tracking_uri exports
-    env = workspace.run_env(2, "abc")
+    env = workspace.run_env("abc")
     assert env["MLFLOW_TRACKING_URI"] == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
-    assert env[workspace.THREADS_ENV] == "2" and env["DSMATH_PARENT_RUN_ID"] == "abc"
+    assert env["DSMATH_PARENT_RUN_ID"] == "abc"
 
 
 def test_variants_share_a_chain_exactly_when_its_stages_get_the_same_params(project):

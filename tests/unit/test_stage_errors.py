@@ -46,19 +46,14 @@ def test_other_errors_still_raise(monkeypatch):
         run_stage(main, ["--params", str(ROOT / "params.yaml")])
 
 
-def test_threads_come_from_params_unless_the_environment_sets_them(monkeypatch, capsys):
-    """$DSMATH_NUM_THREADS (a study running several runs at once) overrides common.num_threads at stage start; a bad
-    value is refused like an invalid param (exit 2, one line)."""
+def test_a_stage_takes_its_own_thread_count_else_common_num_threads(monkeypatch):
+    """run_stage(threads=...) (rl.threads, evaluate.threads) sets torch's threads; 0: common.num_threads."""
     import torch
 
     seen = []
     monkeypatch.setattr(torch, "set_num_threads", seen.append)
-    monkeypatch.delenv("DSMATH_NUM_THREADS", raising=False)
-    run_stage(lambda params: None, ["--params", str(ROOT / "params.yaml")])
-    monkeypatch.setenv("DSMATH_NUM_THREADS", "1")
-    run_stage(lambda params: None, ["--params", str(ROOT / "params.yaml")])
-    assert seen == [2, 1]  # params.yaml's common.num_threads, then the environment's
-    monkeypatch.setenv("DSMATH_NUM_THREADS", "two")
-    with pytest.raises(SystemExit) as exit_info:
-        run_stage(lambda params: None, ["--params", str(ROOT / "params.yaml")])
-    assert exit_info.value.code == 2 and "DSMATH_NUM_THREADS" in capsys.readouterr().err
+    argv = ["--params", str(ROOT / "params.yaml")]
+    run_stage(lambda params: None, argv)
+    run_stage(lambda params: None, argv, threads=lambda params: 1)
+    run_stage(lambda params: None, argv, threads=lambda params: params.rl.threads)  # 0 in params.yaml
+    assert seen == [2, 1, 2]

@@ -28,6 +28,7 @@ class Evaluate(Section):
     sampled_datasets: list[Literal["synthetic", "gsm8k_test", "svamp", "math500"]] = ["synthetic"]
     sampled_modes: list[Literal["cot", "pot", "tool"]] = ["cot", "tool"]
     sampled_models: list[Literal["base", "pretrain", "sft", "rl"]] = ["sft", "rl"]  # the others: greedy only
+    threads: NonNegInt = 0  # torch threads of the evaluate stages; 0 = common.num_threads
     n_samples: NonNegInt = 8  # samples per problem for maj@k / pass@k (0 = greedy only)
     k: list[PosInt] = [1, 2, 4, 8]
     temperature: Annotated[float, Field(gt=0)] = 1.0

@@ -62,6 +62,7 @@ class Rl(Section):
     group_size: Annotated[int, Field(ge=2)] = 8
     mu: PosInt = 1  # optimisation passes over each rollout batch (paper: 1)
     minibatches: PosInt = 1  # optimiser steps per pass
+    threads: NonNegInt = 0  # torch threads of the RL stage; 0 = common.num_threads (a study may run runs side by side)
     lr: Annotated[float, Field(gt=0)] = 1e-4
     warmup_steps: NonNegInt = 10
     weight_decay: Annotated[float, Field(ge=0)] = 0.0

@@ -67,24 +67,8 @@ def _restore_after_dvc() -> None:
         print(f"{stage}: outputs DVC removed that no cache or commit holds: {', '.join(lost)}", file=sys.stderr)
 
 
-THREADS_ENV = "DSMATH_NUM_THREADS"  # set by a study running several runs at once on one machine (dsmath.study)
-
-
-def num_threads(params: Params) -> int:
-    """torch threads of each process: ``common.num_threads``, unless $DSMATH_NUM_THREADS says otherwise. The thread
-    count is how a run uses the machine, not what it computes (on a 2-core AMD EPYC the RL stage of the smoke profile
-    gave a bitwise-identical model at 1, 2 and 4 threads), so it is no part of a run's identity: a study running N runs
-    at once gives each cores / N threads through the environment, and DVC's stage hashes and the run cache see the
-    same params as in a serial run."""
-    value = os.environ.get(THREADS_ENV, "").strip()
-    if not value:
-        return params.common.num_threads
-    if not value.isdigit():
-        raise ParamsError(f"${THREADS_ENV}: a whole number of threads (got {value!r})")
-    return int(value)
-
-
-def run_stage(main: Callable[..., None], argv: list[str] | None = None, *, multiprocess: bool = False) -> None:
+def run_stage(main: Callable[..., None], argv: list[str] | None = None, *, multiprocess: bool = False,
+              threads: Callable[[Params], int] | None = None) -> None:
     """Validate params (exit 2 with a one-line message if invalid), seed, then run `main(params, *args)`.
 
     argv: ``[--params FILE] [ARG ...]``; FILE defaults to $DSMATH_PARAMS or ./params.yaml; ARGs (e.g. the model name
@@ -92,6 +76,7 @@ def run_stage(main: Callable[..., None], argv: list[str] | None = None, *, multi
     multiprocess: the stage runs under a launcher (its ranks split the work, rank 0 writes); with
     ``common.processes`` > 1 and no launcher around it, the process re-runs itself under ``torch.distributed.run``
     over that many local workers and exits with the launcher's code.
+    threads: the stage's own torch thread count from params (e.g. ``rl.threads``); 0 or None: common.num_threads.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     relaunch = list(argv)
@@ -102,19 +87,19 @@ def run_stage(main: Callable[..., None], argv: list[str] | None = None, *, multi
         del argv[i : i + 2]
     try:
         params = load_params(path)
-        threads = num_threads(params)
     except ParamsError as err:
         print(f"error: invalid params: {err}", file=sys.stderr)
         _restore_after_dvc()
         raise SystemExit(2) from None
+    n_threads = (threads(params) if threads else 0) or params.common.num_threads
     if multiprocess and params.common.processes > 1 and "WORLD_SIZE" not in os.environ:  # no launcher around it
         from dsmath.runtime import distributed
 
-        raise SystemExit(distributed.launch(params.common.processes, threads, relaunch))
-    if threads:
+        raise SystemExit(distributed.launch(params.common.processes, n_threads, relaunch))
+    if n_threads:
         import torch
 
-        torch.set_num_threads(threads)
+        torch.set_num_threads(n_threads)
     seed_everything(params.common.seed)
     try:
         main(params, *argv)

@@ -161,7 +161,7 @@ def env_tags() -> dict[str, str]:
 
     tags = {"env.python": platform.python_version(), "env.platform": platform.platform(), "env.cpu": cpu_name(),
             "env.cpu_count": str(os.cpu_count())}
-    if "torch" in sys.modules:  # the threads this process computes with (common.num_threads or $DSMATH_NUM_THREADS)
+    if "torch" in sys.modules:  # the threads this process computes with (common.num_threads, or the stage's own)
         tags["env.torch_threads"] = str(sys.modules["torch"].get_num_threads())
     for pkg in ENV_PACKAGES:
         try:

@@ -11,9 +11,10 @@ the project's cache). The user's params.yaml, dvc.lock, metrics/ and plots/ are 
    next study with the same chain finds it built even where it differs from the project's (a study's `shared`
    overrides may touch the SFT stage); DVC re-runs in it what code changes touch. Delete them to reclaim the space.
 2. **The runs, N at a time** (``jobs``): each reproduces the study's targets other than the chain in its workspace
-   (the chain's outputs linked from the variant's chain workspace; ``rl@<seed>`` and ``evaluate@rl`` run), each with
-   cores / N torch threads ($DSMATH_NUM_THREADS: how a run uses the machine, not what it computes;
-   :func:`dsmath.runtime.stage.num_threads`).
+   (the chain's outputs linked from the variant's chain workspace; ``rl@<seed>`` and ``evaluate@rl`` run). ``jobs``
+   is how many run at once, never what they compute: a run's torch threads are params (``rl.threads``,
+   ``evaluate.threads``, set alike for all runs in the study's ``shared``), because the thread count changes the
+   float reduction order and with it an RL run's draws.
 
 After a run the runner copies what the report needs out of its workspace into ``<results>/runs/<variant>/
 seed-<seed>.json`` (the RL summary and curve, the evaluation metrics, per-problem correctness of the RL and SFT
@@ -200,14 +201,6 @@ def dvc_bin() -> str:
     return str(Path(sys.executable).with_name("dvc"))
 
 
-def threads_per_run(jobs: int, cores: int | None = None) -> int | None:
-    """torch threads of each of `jobs` runs sharing the machine: its cores split evenly (at least 1); None for one
-    run at a time (the profile's common.num_threads)."""
-    if jobs <= 1:
-        return None
-    return max(1, (cores or os.cpu_count() or 1) // jobs)
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # a study: the shared chain, then the runs
 
@@ -228,7 +221,6 @@ class Runner:
     def __post_init__(self) -> None:
         self.profile_raw = load_raw(self.study.profile)
         self.cache_dir = workspace.dvc_cache_dir(self.source, self.dvc)
-        self.threads = threads_per_run(self.jobs)
         # what a run reproduces: the targets not in the chain (the chain's outputs are in its workspace already;
         # `evaluate@sft` lists common.rl_seeds among its params, so reproduced in a one-seed workspace it would
         # run again for every seed)
@@ -240,13 +232,13 @@ class Runner:
     def log_path(self, name: str) -> Path:
         return Path(self.study.results) / "logs" / f"{name}.log"
 
-    def repro(self, ws: Path, targets: list[str], name: str, parent_id: str | None, threads: int | None) -> None:
+    def repro(self, ws: Path, targets: list[str], name: str, parent_id: str | None) -> None:
         """`dvc repro <targets>` in the workspace; StudyRunFailed with the tail of its output when it fails."""
         cmd = [self.dvc, "repro", *targets]
         prefix = f"[{name}] " if self.jobs > 1 else ""
         self.on_line(f"{prefix}dvc repro {' '.join(targets)}   (in {ws.relative_to(self.source)})")
         code, lines = _stream(cmd, self.log_path(name), lambda line: self.on_line(prefix + line),
-                              workspace.run_env(threads, parent_id), cwd=ws)
+                              workspace.run_env(parent_id), cwd=ws)
         if code != 0:
             raise StudyRunFailed(f"{name}: dvc repro failed (exit {code}):\n" + "\n".join(lines[-20:]))
 
@@ -279,7 +271,7 @@ class Runner:
         self.on_line(f"study {self.study.name}: {variant}: the shared chain ({', '.join(self.study.chain)}) in {name}")
         ws = workspace.prepare(self.source, name, self.profile_raw, self.chain_overrides(variant), self.cache_dir,
                                self.source, self.study.chain)
-        self.repro(ws, self.study.chain, name, self.parent.run_id if self.parent else None, None)
+        self.repro(ws, self.study.chain, name, self.parent.run_id if self.parent else None)
 
     def run(self, variant: str, seed: int) -> dict:
         """One variant x seed in its workspace: its record (also written to the results folder and MLflow)."""
@@ -295,7 +287,7 @@ class Runner:
         t0 = time.perf_counter()
         try:
             ws = self.workspace(variant, seed)
-            self.repro(ws, self.run_targets, name, child.run_id, self.threads)  # its stage runs nest under the child
+            self.repro(ws, self.run_targets, name, child.run_id)  # its stage runs nest under the child
         except Exception:
             with _MLFLOW:
                 tracking.close_run(child, ok=False)
@@ -304,7 +296,7 @@ class Runner:
         with _MLFLOW:
             tracking.tag_children_from_lock(child.run_id, ws / "dvc.lock")
             result = collect(study, variant, seed, params, name, ws) | {
-                "wall_s": round(wall, 1), "threads": self.threads or params.common.num_threads, "jobs": self.jobs,
+                "wall_s": round(wall, 1), "threads": params.rl.threads or params.common.num_threads, "jobs": self.jobs,
                 "git_commit": tracking.git_tags()["git.commit"], **self.machine}
             log_child(child, result, params)
             tracking.close_run(child)

@@ -28,7 +28,6 @@ import yaml
 from dsmath.study.spec import apply
 
 ROOT = Path(".dvc/tmp/study/runs")  # where run workspaces live, inside the project (ignored by git and DVC)
-THREADS_ENV = "DSMATH_NUM_THREADS"  # a run's torch threads when runs share the machine (dsmath.runtime.stage)
 
 
 def project_files(source: Path) -> list[str]:
@@ -187,17 +186,14 @@ def remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def run_env(threads: int | None, parent_run_id: str | None) -> dict[str, str]:
-    """The environment of a run's `dvc repro`: its torch threads (when runs share the machine) and the MLflow run
-    its stage runs nest under."""
+def run_env(parent_run_id: str | None) -> dict[str, str]:
+    """The environment of a run's `dvc repro`: the MLflow run its stage runs nest under, the store made absolute."""
     from dsmath.runtime import tracking
 
     env = dict(os.environ)
     env.pop(tracking.RUN_ID_ENV, None)
     if "MLFLOW_TRACKING_URI" in env:  # mlflow.set_tracking_uri exports it; relative, it would mean the workspace's
         env["MLFLOW_TRACKING_URI"] = absolute_uri(env["MLFLOW_TRACKING_URI"], Path.cwd())
-    if threads:
-        env[THREADS_ENV] = str(threads)
     if parent_run_id:
         env[tracking.PARENT_ENV] = parent_run_id
     return env
