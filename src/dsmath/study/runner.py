@@ -264,9 +264,7 @@ class Runner:
     def build_chain(self, variant: str) -> None:
         """The study's chain (corpus ... SFT and its evaluation) for `variant`, in a workspace of its own that starts
         from the project's outputs: up to date there, nothing runs; else DVC builds what changed (all the machine's
-        threads: nothing else runs yet). The runs of every variant with the same chain params take it from there.
-        (DVC's run cache cannot stand in: it does not restore stages with a persistent output, and the training
-        stages keep their checkpoints as one.)"""
+        threads: nothing else runs yet). The runs of every variant with the same chain params take it from there."""
         name = self.chain_name(variant)  # kept after the study: the next one finds it up to date
         self.on_line(f"study {self.study.name}: {variant}: the shared chain ({', '.join(self.study.chain)}) in {name}")
         ws = workspace.prepare(self.source, name, self.profile_raw, self.chain_overrides(variant), self.cache_dir,

@@ -130,10 +130,10 @@ def _link_or_copy(src: Path, dst: Path, copy: bool) -> None:
 
 def seed_outputs(origin: Path, dest: Path, stages: list[str], checkpoints: str) -> list[str]:
     """Give `dest` the outputs `origin` has of `stages` and their upstream, and origin's dvc.lock, so DVC finds those
-    stages up to date there instead of building them again (DVC's run cache cannot bring back a stage with a
-    persistent output, and the training stages keep their checkpoints as one). Files are hard-linked (no stage
-    writes into an output it did not create: DVC removes a stage's outputs before its command runs), except the
-    checkpoints, which a resumed training writes into: those are copied. Returns the stages seeded."""
+    stages up to date there: no run, no checkout from the cache (the project's run cache may also lack them: a chain
+    built before checkpoints stopped being DVC outputs, or on another machine). Files are hard-linked (no stage
+    writes into an output it did not create: DVC removes a stage's outputs before its command runs), except anything
+    under `checkpoints` (a resumed training writes into it), which is copied. Returns the stages seeded."""
     graph = lock_graph(origin / "dvc.lock")
     chain = upstream(graph, stages)
     ckpt = checkpoints.rstrip("/") + "/"
