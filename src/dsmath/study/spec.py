@@ -50,7 +50,8 @@ class Finding:
 # switches added after records were made, left out of a run's key at their off value (where they change nothing),
 # so the records made before a switch existed still match; switched on, they are in the key and the runs re-run
 KEY_NEUTRAL_WHEN_OFF: tuple[tuple[str, str, object], ...] = (("rl", "share_prompts", False),
-                                                             ("evaluate", "share_prompts", False))
+                                                             ("evaluate", "share_prompts", False),
+                                                             ("rl", "threads", 0), ("evaluate", "threads", 0))
 
 
 @dataclass(frozen=True)
