@@ -128,8 +128,9 @@ def problem_table(predictions: Path, timeout_s: float) -> dict[str, dict[str, li
     return {m: t if t["maj"] else {k: v for k, v in t.items() if k not in ("maj", "pass")} for m, t in out.items()}
 
 
-def collect(study: Study, variant: str, seed: int, params, name: str, ws: Path) -> dict:
-    """What a finished run left in its workspace `ws`, as the study's result record."""
+def collect(study: Study, variant: str, seed: int, params, name: str, ws: Path, sft_problems: dict) -> dict:
+    """What a finished run left in its workspace `ws`, as the study's result record (`sft_problems`: the
+    :func:`problem_table` of its chain's SFT model, shared by every run of that chain)."""
     paths, sd = params.common.paths, seed_dir(seed)
 
     def read(path: Path) -> dict:
@@ -148,7 +149,7 @@ def collect(study: Study, variant: str, seed: int, params, name: str, ws: Path) 
         "curve": _read_csv(ws / paths.plots / "rl" / f"{sd}.csv"),
         "eval": keep(rl_eval), "sft_eval": keep(sft_eval), "sft": read(ws / paths.metrics / "sft.json"),
         "problems": {"rl": problem_table(ws / paths.eval / "rl" / sd / "predictions.jsonl", timeout),
-                     "sft": problem_table(ws / paths.eval / "sft" / "predictions.jsonl", timeout)},
+                     "sft": sft_problems},
     }
 
 
@@ -225,6 +226,7 @@ class Runner:
         # `evaluate@sft` lists common.rl_seeds among its params, so reproduced in a one-seed workspace it would
         # run again for every seed)
         self.run_targets = [t for t in self.study.targets if t not in self.study.chain] or list(self.study.targets)
+        self._sft_problems: dict[str, dict] = {}  # chain workspace -> its SFT model's problem table (read once)
 
     def name(self, variant: str, seed: int) -> str:
         return self.study.exp_name(variant, [seed])
@@ -293,7 +295,11 @@ class Runner:
         wall = time.perf_counter() - t0
         with _MLFLOW:
             tracking.tag_children_from_lock(child.run_id, ws / "dvc.lock")
-            result = collect(study, variant, seed, params, name, ws) | {
+            chain = self.chain_name(variant)
+            if chain not in self._sft_problems:  # the same SFT predictions for every run of the chain
+                self._sft_problems[chain] = problem_table(ws / params.common.paths.eval / "sft" / "predictions.jsonl",
+                                                          params.rewards.equivalence_timeout_s)
+            result = collect(study, variant, seed, params, name, ws, self._sft_problems[chain]) | {
                 "wall_s": round(wall, 1), "threads": params.rl.threads or params.common.num_threads, "jobs": self.jobs,
                 "git_commit": tracking.git_tags()["git.commit"], **self.machine}
             log_child(child, result, params)
