@@ -10,7 +10,7 @@ export PREFECT_HOME := $(CURDIR)/.prefect
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export MLFLOW_ENABLE_ASYNC_LOGGING := false
 
-.PHONY: setup repro study readme test test-all lint clean
+.PHONY: setup repro study worker readme test test-all lint clean
 
 setup: $(STAMP)
 
@@ -26,8 +26,17 @@ repro: setup
 	$(BIN)/python -m dsmath.orchestration.pipeline
 
 study: setup   # the DeepSeekMath study (configs/study.yaml): every variant x seed in its own workspace, resumable;
-	# JOBS=N runs N at once (their threads: rl.threads / evaluate.threads in the study's shared overrides)
+	# JOBS=N runs N at once (their threads: rl.threads / evaluate.threads in the study's shared overrides);
+	# POOL=name runs them on a Prefect work pool's workers instead, REMOTE=url the DVC remote they share (docs/study.md)
+ifdef POOL
+	$(BIN)/python -m flows.study --pool $(POOL) $(if $(REMOTE),--remote $(REMOTE))
+else
 	$(BIN)/python -m dsmath.study run $(if $(JOBS),--jobs $(JOBS))
+endif
+
+worker: setup   # this machine as a worker of a study's work pool POOL (LIMIT runs at once, default 1); needs
+	# PREFECT_API_URL and MLFLOW_TRACKING_URI set to the servers the driver uses (docs/study.md)
+	DSMATH_PROJECT=$(CURDIR) $(BIN)/prefect worker start --pool $(POOL) --type process --limit $(or $(LIMIT),1)
 
 readme: setup   # README's results block from the committed metrics/ of a default run
 	$(BIN)/python -m dsmath.reporting.readme

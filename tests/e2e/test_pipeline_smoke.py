@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -434,29 +435,107 @@ def test_study_report_equals_the_run_records_and_mlflow(repo, study):
     assert len(findings) == 1 and any(v in findings[0] for v in ("holds", "does not hold", "inconclusive"))
 
 
-def test_a_runs_record_does_not_depend_on_how_many_ran_beside_it(repo, study):
-    """grpo seed 1234 run alone, one at a time, trains the model it trained as one of two runs at once (the same
-    params: `jobs` sets none): the same RL curve, metrics and per-problem results (timings aside).
-    (`rl.checkpoint_every`, which changes no number, makes DVC re-run the RL stage instead of taking it from the run
-    cache; the evaluation then comes back from the run cache only if the model is bitwise the same.)"""
-    (repo / "configs" / "study-alone.yaml").write_text(
-        "name: alone\nseeds: [1234]\ntargets: [evaluate@sft, evaluate@rl]\nresults: study/alone\n"
-        "report: reports/study-alone.md\nshared:\n  rl.steps: 4\n  rl.checkpoint_every: 3\n"
-        "variants:\n  grpo: {overrides: {}}\n")
-    proc = _run(repo, sys.executable, "-m", "dsmath.study", "run", "--study", "configs/study-alone.yaml")
-    assert "Running stage 'rl@1234'" in proc.stdout and "Running stage 'sft'" not in proc.stdout
-    assert "Running stage 'evaluate@rl'" not in proc.stdout  # the same model: its evaluation is in the run cache
-    alone = json.loads((repo / "study" / "alone" / "runs" / "grpo" / "seed-1234.json").read_text())
-    shared = json.loads((repo / "study" / "smoke" / "runs" / "grpo" / "seed-1234.json").read_text())
-    assert (alone["jobs"], shared["jobs"]) == (1, 2)
+# ----------------------------------------------------------------------------------------------------------------
+# the study on a Prefect work pool: one machine as if it were several (a Prefect server, an MLflow server, two
+# workers in two clones of the project, a DVC remote in a directory), one worker killed mid-run
 
-    def untimed(m: dict) -> dict:  # wall times, rates and peak memory vary from run to run
-        return {k: v for k, v in m.items() if not k.endswith(("_s", "_per_s")) and k not in ("s_per_step",
-                                                                                              "peak_rss_mb")}
 
-    assert alone["curve"] == shared["curve"] and alone["problems"] == shared["problems"]
-    for key in ("rl", "eval", "sft_eval"):
-        assert untimed(alone[key]) == untimed(shared[key]), key
+def _untimed(m: dict) -> dict:  # wall times, rates and peak memory vary from run to run
+    return {k: v for k, v in m.items() if not k.endswith(("_s", "_per_s")) and k not in ("s_per_step", "peak_rss_mb")}
+
+
+@pytest.fixture(scope="module")
+def cluster(repo, study, tmp_path_factory):
+    """grpo's two seeds of the smoke study (results study/cluster) submitted by the study flow to a work pool with
+    two workers, each in its own clone of the project (its own DVC cache: everything travels through the remote
+    and the MLflow server); worker a's whole process tree killed (a machine dying) 3 s into its RL stage."""
+    from loopback import Service, mlflow_server, prefect_server, worker
+
+    root = tmp_path_factory.mktemp("cluster")
+    logs = root / "logs"
+    logs.mkdir()
+    env = {k: v for k, v in _env(repo).items() if k not in ("PREFECT_HOME", "PYTHONPATH")}
+    machines = [root / "machine-a", root / "machine-b"]
+    for m in machines:  # a clone at the committed state: another machine's checkout
+        _run(repo, "git", "clone", "-q", str(repo), str(m))
+    (repo / "configs" / "study-cluster.yaml").write_text(  # not committed: the driver sends its text
+        "name: smoke\nseeds: [1234, 1235]\ntargets: [evaluate@sft, evaluate@rl]\nresults: study/cluster\n"
+        "report: reports/study-cluster.md\nshared:\n  rl.steps: 4\nvariants:\n  grpo: {overrides: {}}\n"
+        f"cluster:\n  remote: {root / 'dvc-remote'}\n  silent_s: 75\n")
+    before = {p: (repo / p).read_bytes() for p in ("params.yaml", "dvc.lock")}
+    services = []
+    try:
+        prefect, api = prefect_server(root, env, logs)
+        services.append(prefect)
+        mlflow, tracking = mlflow_server(root, env, logs)
+        services.append(mlflow)
+        env |= {"PREFECT_API_URL": api, "MLFLOW_TRACKING_URI": tracking}
+        workers = [worker(m, "loopback", env, logs) for m in machines]
+        services += workers
+        driver = Service([sys.executable, "-m", "flows.study", "--study", "configs/study-cluster.yaml",
+                          "--pool", "loopback"], repo, env | {"PYTHONPATH": str(repo),
+                                                               "PREFECT_HOME": str(repo / ".prefect")},
+                         logs / "driver.log")
+        services.append(driver)
+        run_logs, killed, deadline = machines[0] / "study" / "cluster" / "logs", None, time.time() + 1200
+        while driver.proc.poll() is None and time.time() < deadline:
+            time.sleep(1)
+            if killed is None and run_logs.exists() and any("Running stage 'rl@" in f.read_text()
+                                                            for f in run_logs.glob("*.log")):
+                time.sleep(3)
+                killed = workers[0].kill_tree()
+        driver.proc.wait(timeout=60)
+        flow_runs = json.loads(urllib.request.urlopen(urllib.request.Request(
+            f"{api}/flow_runs/filter", data=b"{}", headers={"Content-Type": "application/json"})).read())
+        import mlflow as mlflow_client
+
+        mlflow_client.set_tracking_uri(tracking)
+        runs = mlflow_client.search_runs(experiment_names=["dsmath"], output_format="list")
+        artifacts = {r.info.run_id: sorted(a.path for a in mlflow_client.MlflowClient().list_artifacts(r.info.run_id))
+                     for r in runs if r.data.tags.get("dsmath.kind") == "study-run" and r.info.status == "FINISHED"}
+        locks = {r.data.tags["dsmath.seed"]: yaml.safe_load(Path(mlflow_client.artifacts.download_artifacts(
+            run_id=r.info.run_id, artifact_path="dvc.lock", dst_path=str(root / r.info.run_id))).read_text())
+            for r in runs if r.info.run_id in artifacts}
+    finally:
+        for s in services:
+            s.stop()
+    return {"rc": driver.proc.returncode, "driver": "".join(driver.lines), "killed": killed, "machines": machines,
+            "flow_runs": flow_runs, "mlflow": runs, "artifacts": artifacts, "locks": locks,
+            "remote": root / "dvc-remote", "before": before, "after": {p: (repo / p).read_bytes() for p in before}}
+
+
+def test_a_study_on_a_work_pool_survives_a_dead_worker_and_records_what_a_local_run_records(repo, study, cluster):
+    assert cluster["rc"] == 0, cluster["driver"][-3000:]
+    assert cluster["killed"] and any("stages.rl" in p for p in cluster["killed"])  # killed inside its RL stage
+    assert cluster["after"] == cluster["before"]  # the driver's params.yaml and dvc.lock: never written
+    # Prefect: a run per seed submitted; the killed one marked CRASHED by the heartbeat automation, submitted again
+    states = sorted((r["name"], r["state_type"]) for r in cluster["flow_runs"] if r["name"].startswith("smoke-grpo"))
+    crashed = [name for name, state in states if state == "CRASHED"]
+    assert len(crashed) == 1 and len(states) == 3 and sum(s == "COMPLETED" for _, s in states) == 2, states
+    assert "no heartbeat for 75 s" in cluster["driver"] and "submitted again (attempt 2)" in cluster["driver"]
+    # spread over both machines: a ran (and died with) one run; b ran its own and the resubmitted one
+    a, b = (sorted(p.stem for p in (m / "study" / "cluster" / "logs").glob("*.log")) for m in cluster["machines"])
+    assert len(a) == 1 and b == ["smoke-grpo-1234", "smoke-grpo-1235"] and a[0] == crashed[0].rsplit("-", 1)[0]
+    for m in cluster["machines"]:
+        assert "Running stage 'sft'" not in "".join(f.read_text() for f in (m / "study" / "cluster" / "logs")
+                                                    .glob("*.log"))  # the chain came from the remote
+    # the records are what the local study recorded for the same runs (same params, code and seed)
+    for seed in SEEDS:
+        remote = json.loads((repo / "study" / "cluster" / "runs" / "grpo" / f"seed-{seed}.json").read_text())
+        local = json.loads((repo / "study" / "smoke" / "runs" / "grpo" / f"seed-{seed}.json").read_text())
+        assert remote["key"] == local["key"] and remote["pool"] == "loopback" and remote["host"]
+        assert remote["curve"] == local["curve"] and remote["problems"] == local["problems"]
+        for key in ("rl", "eval", "sft_eval"):
+            assert _untimed(remote[key]) == _untimed(local[key]), (seed, key)
+    # MLflow (the server): the killed attempt's child KILLED; each finished child holds the record and its dvc.lock,
+    # whose RL model lies in the DVC remote
+    children = [r for r in cluster["mlflow"] if r.data.tags.get("dsmath.kind") == "study-run"]
+    assert sorted(r.info.status for r in children) == ["FINISHED", "FINISHED", "KILLED"]
+    assert all(paths == ["dvc.lock", "record.json"] for paths in cluster["artifacts"].values())
+    for seed, lock in cluster["locks"].items():
+        md5 = next(o["md5"] for o in lock["stages"][f"rl@{seed}"]["outs"] if o["path"].startswith("models/rl"))
+        assert (cluster["remote"] / "files" / "md5" / md5[:2] / md5[2:]).exists(), seed
+    assert (repo / "reports" / "study-cluster.md").exists()
 
 
 def test_changing_an_rl_param_reruns_only_rl_and_downstream(repo):

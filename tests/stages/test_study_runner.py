@@ -242,3 +242,80 @@ def test_variants_share_a_chain_exactly_when_its_stages_get_the_same_params(proj
     names = {v: job.chain_name(v) for v in ("grpo", "online_rft", "no_pretrain", "lr")}
     assert names["grpo"] == names["online_rft"]
     assert len({names["grpo"], names["no_pretrain"], names["lr"]}) == 3
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# what travels to another machine (the loopback cluster itself runs in tests/e2e)
+
+
+def test_a_workspace_of_a_pool_study_has_the_studys_remote_as_its_default(project):
+    study, _, _ = project
+    job = runner.Runner(study, None, on_line=lambda line: None, remote="shared/remote")
+    assert job.remote == str(Path("shared/remote").resolve())  # a directory: absolute, the same for every machine
+    ws = job.workspace("grpo", 1234)
+    conf = (ws / ".dvc" / "config.local").read_text()
+    assert f'remote "{workspace.REMOTE}"' in conf  # DVC's own section name
+    assert f"url = {job.remote}" in conf and f"remote = {workspace.REMOTE}" in conf
+    assert runner.Runner(study, None, remote="s3://bucket/dvc").remote == "s3://bucket/dvc"  # a URL: as it is
+
+
+def test_a_chain_bundle_brings_the_chains_lock_and_uncached_outputs_to_a_fresh_workspace(project):
+    """The bundle holds the lock entries of the chain's stages (and their upstream: not the RL stages') and the
+    content of their `cache: false` outputs (metrics, plots), which no DVC remote carries."""
+    from dsmath.study import remote
+
+    study, _, _ = project
+    job = runner.Runner(study, None, on_line=lambda line: None)
+    ws = job.build_chain("grpo")  # the fake writes eval/sft, metrics/eval/sft.json and a lock naming them
+    lock = yaml.safe_load((ws / "dvc.lock").read_text())
+    lock["stages"]["rl@1234"] = {"cmd": "r", "deps": [{"path": "models/sft"}], "outs": [{"path": "models/rl"}]}
+    lock["stages"]["sft"] = {"cmd": "s", "deps": [], "outs": [{"path": "models/sft"},
+                                                             {"path": "metrics/sft.json"}]}
+    lock["stages"]["evaluate@sft"]["deps"] = [{"path": "models/sft"}]
+    (ws / "dvc.lock").write_text(yaml.safe_dump(lock))
+    (ws / "metrics" / "sft.json").write_text('{"loss": 1.5}')
+    assert remote.uncached_outputs(ws, ["sft", "evaluate@sft"]) == ["metrics/eval/sft.json", "metrics/sft.json",
+                                                                    "plots/sft.csv"]
+    bundle = json.loads(json.dumps(remote.chain_bundle(ws, study.chain)))  # as it travels (JSON)
+    assert bundle["stages"] == ["evaluate@sft", "sft"] and sorted(bundle["lock"]["stages"]) == bundle["stages"]
+    assert bundle["files"] == {"metrics/eval/sft.json": json.dumps({"synthetic/cot/greedy": 0.2}),
+                               "metrics/sft.json": '{"loss": 1.5}'}  # plots/sft.csv: not written by the fake
+    assert bundle["binary"] == {}
+    other = job.workspace("grpo", 1235)  # a run's workspace, here seeded from the chain; a worker's starts empty
+    (other / "metrics" / "sft.json").unlink()
+    remote.unpack_bundle(bundle, other)
+    assert (other / "metrics" / "sft.json").read_text() == '{"loss": 1.5}'
+    assert yaml.safe_load((other / "dvc.lock").read_text()) == bundle["lock"]
+
+
+def test_a_worker_refuses_a_run_whose_key_is_not_the_drivers(project):
+    """A worker whose checkout differs from the driver's (code or params.yaml) would run something else under the
+    study's name: it stops before any work, naming both keys."""
+    from dsmath.study import remote
+
+    study, calls, _ = project
+    with pytest.raises(runner.StudyRunFailed, match="run key .* is not the driver's 0123"):
+        remote.run_here(Path("study.yaml").read_text(), "grpo", 1234, parent_id="p", child_id="c", chain="x",
+                        key="0123", remote=None)
+    assert calls == []
+
+
+def test_a_pool_study_refuses_to_start_without_the_services_its_machines_share(project, monkeypatch):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from dsmath.orchestration import cluster
+
+    study, _, _ = project
+    job = runner.Runner(study, None, on_line=lambda line: None)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with temporary_settings(updates={PREFECT_API_URL: None}), \
+            pytest.raises(runner.StudyRunFailed, match="PREFECT_API_URL"):
+        cluster.check_shared(job)  # an ephemeral Prefect: no worker elsewhere would see the runs
+    with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:9/api"}):
+        with pytest.raises(runner.StudyRunFailed, match="MLflow tracking server .* not sqlite:///"):
+            cluster.check_shared(job)  # the profile's SQLite store: on this machine only
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+        with pytest.raises(runner.StudyRunFailed, match="needs a DVC remote"):
+            cluster.check_shared(job)  # no study remote, and the project has no default one
+        job.remote = "/mnt/shared/remote"
+        cluster.check_shared(job)

@@ -24,7 +24,8 @@ FLOORS = (  # bottom first
     ("train",),  # pretraining and SFT, and the training-stage lifecycle
     ("rl",),
     ("reporting",),  # the paper-style report and the README results
-    ("study", "orchestration"),  # the seed/variant study; the pipeline plumbing of `make repro` and the flows
+    ("study",),  # the seed/variant study, its runs in workspaces here or on other machines
+    ("orchestration",),  # the pipeline plumbing of `make repro` and the flows; a study's runs on a Prefect work pool
 )
 EXCEPTIONS = {("config", "dsmath.rl.registry")}  # (package, module it may import against the order)
 FLOOR = {pkg: i for i, floor in enumerate(FLOORS) for pkg in floor}

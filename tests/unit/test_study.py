@@ -394,3 +394,17 @@ def test_the_report_keeps_stale_records_and_names_their_commits(tmp_path, monkey
     assert sorted(sr.load_results(study)["grpo"]) == [1]
     md = Path(sr.build_study_report(study)["report"]).read_text()
     assert "| grpo | 1 | aaaaaaa |" in md and "**stale** (seeds 1: recorded before code keys)" in md
+
+
+def test_a_study_files_cluster_settings_are_read_and_checked(tmp_path):
+    base = "name: c\nseeds: [1]\nvariants:\n  grpo: {overrides: {}}\n"
+    params = ROOT / "params.yaml"
+    plain = load_study(_write(tmp_path, base), params).cluster
+    assert (plain.pool, plain.remote, plain.resubmit, plain.silent_s) == (None, None, 2, 150)  # runs here
+    c = load_study(_write(tmp_path, base + "cluster: {pool: dsmath, remote: s3://b/r, resubmit: 0, silent_s: 60}\n"),
+                   params).cluster
+    assert (c.pool, c.remote, c.resubmit, c.silent_s) == ("dsmath", "s3://b/r", 0, 60)
+    for bad, why in (("{pool: p, retries: 3}", "has the keys pool"), ("{resubmit: -1}", "resubmit must be"),
+                     ("{silent_s: 30}", "heartbeat every 30 s"), ("[p]", "has the keys")):
+        with pytest.raises(ParamsError, match=why):
+            load_study(_write(tmp_path, base + f"cluster: {bad}\n"), params)

@@ -90,6 +90,7 @@ def _stream(cmd: list[str], log_path: Path, on_line: Callable[[str], None], env:
                                                      text=True, bufsize=1, env=env, cwd=cwd) as proc:
         for line in proc.stdout:
             log.write(line)
+            log.flush()  # the log follows the run (`tail -f`), also where a worker's output goes elsewhere
             lines.append(line.rstrip("\n"))
             on_line(line.rstrip("\n"))
     return proc.returncode, lines
@@ -178,7 +179,7 @@ def current_record(study: Study, variant: str, seed: int) -> dict | None:
     return record if record.get("key") == study.run_key(variant, seed) else None
 
 
-def _write_record(out: Path, result: dict) -> None:
+def write_record(out: Path, result: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
@@ -218,8 +219,11 @@ class Runner:
     machine: dict = dataclasses.field(default_factory=dict)
     dvc: str = dataclasses.field(default_factory=dvc_bin)
     jobs: int = 1
+    remote: str | None = None  # the study's DVC remote (runs on a work pool), set in every workspace it makes
 
     def __post_init__(self) -> None:
+        if self.remote and "://" not in self.remote:  # a directory: the same for every workspace (and machine)
+            self.remote = str(Path(self.remote).expanduser().resolve())
         self.profile_raw = load_raw(self.study.profile)
         self.cache_dir = workspace.dvc_cache_dir(self.source, self.dvc)
         # what a run reproduces: the targets not in the chain (the chain's outputs are in its workspace already;
@@ -234,15 +238,18 @@ class Runner:
     def log_path(self, name: str) -> Path:
         return Path(self.study.results) / "logs" / f"{name}.log"
 
-    def repro(self, ws: Path, targets: list[str], name: str, parent_id: str | None) -> None:
-        """`dvc repro <targets>` in the workspace; StudyRunFailed with the tail of its output when it fails."""
-        cmd = [self.dvc, "repro", *targets]
+    def dvc_command(self, ws: Path, args: list[str], name: str, parent_id: str | None = None) -> None:
+        """`dvc <args>` in the workspace, its output streamed and logged; StudyRunFailed with its tail when it fails."""
         prefix = f"[{name}] " if self.jobs > 1 else ""
-        self.on_line(f"{prefix}dvc repro {' '.join(targets)}   (in {ws.relative_to(self.source)})")
-        code, lines = _stream(cmd, self.log_path(name), lambda line: self.on_line(prefix + line),
+        self.on_line(f"{prefix}dvc {' '.join(args)}   (in {ws.relative_to(self.source)})")
+        code, lines = _stream([self.dvc, *args], self.log_path(name), lambda line: self.on_line(prefix + line),
                               workspace.run_env(parent_id), cwd=ws)
         if code != 0:
-            raise StudyRunFailed(f"{name}: dvc repro failed (exit {code}):\n" + "\n".join(lines[-20:]))
+            raise StudyRunFailed(f"{name}: dvc {args[0]} failed (exit {code}):\n" + "\n".join(lines[-20:]))
+
+    def repro(self, ws: Path, targets: list[str], name: str, parent_id: str | None) -> None:
+        """`dvc repro <targets>` in the workspace (its stage runs nest under the MLflow run `parent_id`)."""
+        self.dvc_command(ws, ["repro", *targets], name, parent_id)
 
     def chain_overrides(self, variant: str) -> dict[str, Any]:
         """The overrides a variant's chain is built with: the variant's, with the study's first seed (the chain
@@ -261,50 +268,65 @@ class Runner:
         """The run's workspace, its chain's outputs taken from the variant's chain workspace."""
         chain_ws = self.source / workspace.ROOT / self.chain_name(variant)
         return workspace.prepare(self.source, self.name(variant, seed), self.profile_raw,
-                                 self.study.overrides(variant, seed), self.cache_dir, chain_ws, self.study.chain)
+                                 self.study.overrides(variant, seed), self.cache_dir, chain_ws, self.study.chain,
+                                 self.remote)
 
-    def build_chain(self, variant: str) -> None:
+    def build_chain(self, variant: str) -> Path:
         """The study's chain (corpus ... SFT and its evaluation) for `variant`, in a workspace of its own that starts
         from the project's outputs: up to date there, nothing runs; else DVC builds what changed (all the machine's
         threads: nothing else runs yet). The runs of every variant with the same chain params take it from there."""
         name = self.chain_name(variant)  # kept after the study: the next one finds it up to date
         self.on_line(f"study {self.study.name}: {variant}: the shared chain ({', '.join(self.study.chain)}) in {name}")
         ws = workspace.prepare(self.source, name, self.profile_raw, self.chain_overrides(variant), self.cache_dir,
-                               self.source, self.study.chain)
+                               self.source, self.study.chain, self.remote)
         self.repro(ws, self.study.chain, name, self.parent.run_id if self.parent else None)
+        return ws
 
-    def run(self, variant: str, seed: int) -> dict:
-        """One variant x seed in its workspace: its record (also written to the results folder and MLflow)."""
-        study, name = self.study, self.name(variant, seed)
-        params = variant_params(study, variant, seed, study.profile)
-        tags = {"dsmath.kind": "study-run", "dsmath.study": study.name, "dsmath.variant": variant,
+    def run_tags(self, variant: str, seed: int) -> dict[str, str]:
+        return {"dsmath.kind": "study-run", "dsmath.study": self.study.name, "dsmath.variant": variant,
                 "dsmath.seed": str(seed)}
+
+    def open_child(self, variant: str, seed: int) -> tracking.StageRun:
+        """The variant x seed's MLflow child under the study's parent (a killed attempt's left RUNNING: KILLED)."""
+        params = variant_params(self.study, variant, seed, self.study.profile)
+        tags = self.run_tags(variant, seed)
         with _MLFLOW:
             tracking.end_unfinished(params, tags)  # the run of a killed attempt
-            child = tracking.open_run(params, f"{variant} seed {seed}", tags, self.parent.run_id if self.parent
-                                      else None)
-        self.on_line(f"study {study.name}: {variant} seed {seed}")
-        t0 = time.perf_counter()
-        try:
-            ws = self.workspace(variant, seed)
-            self.repro(ws, self.run_targets, name, child.run_id)  # its stage runs nest under the child
-        except Exception:
-            with _MLFLOW:
-                tracking.close_run(child, ok=False)
-            raise
-        wall = time.perf_counter() - t0
+            return tracking.open_run(params, f"{variant} seed {seed}", tags,
+                                     self.parent.run_id if self.parent else None)
+
+    def record(self, variant: str, seed: int, ws: Path, child: tracking.StageRun, wall: float) -> dict:
+        """A finished run's record from its workspace `ws`, logged to its MLflow child (left open)."""
+        params = variant_params(self.study, variant, seed, self.study.profile)
         with _MLFLOW:
             tracking.tag_children_from_lock(child.run_id, ws / "dvc.lock")
             chain = self.chain_name(variant)
             if chain not in self._sft_problems:  # the same SFT predictions for every run of the chain
                 self._sft_problems[chain] = problem_table(ws / params.common.paths.eval / "sft" / "predictions.jsonl",
                                                           params.rewards.equivalence_timeout_s)
-            result = collect(study, variant, seed, params, name, ws, self._sft_problems[chain]) | {
+            result = collect(self.study, variant, seed, params, self.name(variant, seed), ws,
+                             self._sft_problems[chain]) | {
                 "wall_s": round(wall, 1), "threads": params.rl.threads or params.common.num_threads, "jobs": self.jobs,
                 "git_commit": tracking.git_tags()["git.commit"], **self.machine}
             log_child(child, result, params)
+        return result
+
+    def run(self, variant: str, seed: int) -> dict:
+        """One variant x seed in its workspace: its record (also written to the results folder and MLflow)."""
+        child = self.open_child(variant, seed)
+        self.on_line(f"study {self.study.name}: {variant} seed {seed}")
+        t0 = time.perf_counter()
+        try:
+            ws = self.workspace(variant, seed)
+            self.repro(ws, self.run_targets, self.name(variant, seed), child.run_id)  # stage runs nest under it
+        except Exception:
+            with _MLFLOW:
+                tracking.close_run(child, ok=False)
+            raise
+        result = self.record(variant, seed, ws, child, time.perf_counter() - t0)
+        with _MLFLOW:
             tracking.close_run(child)
-        _write_record(study.result_path(variant, seed), result)
+        write_record(self.study.result_path(variant, seed), result)
         workspace.remove(ws)
         return result
 
@@ -341,8 +363,8 @@ class Runner:
 
 
 @contextlib.contextmanager
-def study_session(study: Study, jobs: int = 1,
-                  on_line: Callable[[str], None] = print) -> Iterator[Runner]:
+def study_session(study: Study, jobs: int = 1, on_line: Callable[[str], None] = print,
+                  remote: str | None = None) -> Iterator[Runner]:
     """The frame of a study's runs: its MLflow parent open (FINISHED on success, FAILED otherwise) and a Runner."""
     from dsmath.config import load_params
 
@@ -351,7 +373,7 @@ def study_session(study: Study, jobs: int = 1,
     parent.set_tags({"dsmath.study_file": study.path, "dsmath.jobs": str(jobs)})
     ok = False
     try:
-        yield Runner(study, parent, on_line=on_line, machine=machine_record(), jobs=jobs)
+        yield Runner(study, parent, on_line=on_line, machine=machine_record(), jobs=jobs, remote=remote)
         ok = True
     finally:
         tracking.close_run(parent, ok=ok)

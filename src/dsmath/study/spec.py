@@ -55,6 +55,16 @@ KEY_NEUTRAL_WHEN_OFF: tuple[tuple[str, str, object], ...] = (("rl", "share_promp
 
 
 @dataclass(frozen=True)
+class Cluster:
+    """Where a study's runs go when they run on a Prefect work pool (the study file's `cluster:`; docs/study.md)."""
+
+    pool: str | None = None  # the work pool (`--pool` / `make study POOL=...`); None: the runs run here
+    remote: str | None = None  # DVC remote URL (directory, NFS, s3://...) every machine reaches; None: the project's
+    resubmit: int = 2  # a run whose worker died (Prefect marks it CRASHED) is submitted again, at most this often
+    silent_s: int = 150  # no heartbeat for this long: the run's worker is taken for dead (heartbeats every 30 s)
+
+
+@dataclass(frozen=True)
 class Study:
     name: str
     path: str
@@ -72,6 +82,7 @@ class Study:
     code_root: str | None = None  # the DVC project whose dvc.yaml and code the code key reads (None: codekey's default)
     chain: list[str] = field(default_factory=list)  # stages shared by the runs, built once before them (default_chain)
     jobs: int = 1  # runs at once on this machine (each with cores / jobs threads); `--jobs` / `make study JOBS=N`
+    cluster: Cluster = field(default_factory=lambda: Cluster())  # the runs on a Prefect work pool (`--pool`)
 
     def __post_init__(self) -> None:
         if not self.chain:
@@ -191,6 +202,21 @@ def _jobs(path: Path, value: Any) -> int:
     return value
 
 
+def _cluster(path: Path, value: Any) -> Cluster:
+    """The study file's `cluster:` mapping (pool, remote, resubmit, silent_s)."""
+    value = value or {}
+    if not isinstance(value, dict) or set(value) - {"pool", "remote", "resubmit", "silent_s"}:
+        raise ParamsError(f"{path}: cluster has the keys pool, remote, resubmit, silent_s (got {value!r})")
+    resubmit, silent = value.get("resubmit", Cluster.resubmit), value.get("silent_s", Cluster.silent_s)
+    if isinstance(resubmit, bool) or not isinstance(resubmit, int) or resubmit < 0:
+        raise ParamsError(f"{path}: cluster.resubmit must be a whole number >= 0 (got {resubmit!r})")
+    if isinstance(silent, bool) or not isinstance(silent, int) or silent < 45:
+        raise ParamsError(f"{path}: cluster.silent_s must be a whole number of seconds >= 45 (flow runs send a "
+                          f"heartbeat every 30 s; got {silent!r})")
+    text = lambda k: str(value[k]) if value.get(k) else None  # noqa: E731
+    return Cluster(pool=text("pool"), remote=text("remote"), resubmit=resubmit, silent_s=silent)
+
+
 def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Study:
     """Read and validate a study file (every variant x seed against `params_file`)."""
     p = Path(path)
@@ -199,7 +225,7 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
     except FileNotFoundError:
         raise ParamsError(f"{p}: study file not found") from None
     known = {"name", "seeds", "targets", "shared", "variants", "figures", "findings", "results", "report",
-             "equivalence_margin", "pilot_sd", "chain", "jobs"}
+             "equivalence_margin", "pilot_sd", "chain", "jobs", "cluster"}
     if extra := sorted(set(raw) - known):
         raise ParamsError(f"{p}: unknown keys {', '.join(extra)} (allowed: {', '.join(sorted(known))})")
     variants = {}
@@ -224,7 +250,7 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
                   report=str(raw.get("report") or "reports/study.md"), profile=str(params_file),
                   equivalence_margin=float(raw.get("equivalence_margin", DEFAULT_EQUIVALENCE_MARGIN)),
                   pilot_sd=_pilot_sd(p, raw.get("pilot_sd")), chain=list(raw.get("chain") or []),
-                  jobs=_jobs(p, raw.get("jobs", 1)))
+                  jobs=_jobs(p, raw.get("jobs", 1)), cluster=_cluster(p, raw.get("cluster")))
     for f in findings:
         for v in (f.a, f.b):
             if v not in variants and not (v == "sft" and v is f.b):

@@ -80,10 +80,13 @@ def _sync(source: Path, dest: Path, names: list[str]) -> None:
         shutil.copy2(src, dst)
 
 
-def _dvc_local_config(source: Path, cache_dir: Path) -> str:
+REMOTE = "study"  # the name a study's DVC remote gets in a workspace's .dvc/config.local
+
+
+def _dvc_local_config(source: Path, cache_dir: Path, remote: str | None = None) -> str:
     """The workspace's .dvc/config.local: the project's local settings (remotes' credentials), no git, the project's
     cache, outputs linked from it (no stage writes into an output it did not create: DVC removes a stage's outputs
-    before its command runs)."""
+    before its command runs), and the study's `remote` URL (a directory, NFS or s3://...) as the default remote."""
     from configobj import ConfigObj
 
     conf = ConfigObj(str(source / ".dvc" / "config.local")) if (source / ".dvc" / "config.local").exists() \
@@ -91,6 +94,9 @@ def _dvc_local_config(source: Path, cache_dir: Path) -> str:
     conf.setdefault("core", {})["no_scm"] = "true"
     conf.setdefault("cache", {})["dir"] = str(cache_dir)
     conf["cache"]["type"] = "reflink,hardlink,copy"  # outputs linked from the cache, not copied (DVC protects them)
+    if remote:
+        conf[f'remote "{REMOTE}"'] = {"url": remote}
+        conf["core"]["remote"] = REMOTE
     return "\n".join(conf.write()) + "\n"
 
 
@@ -156,10 +162,11 @@ def seed_outputs(origin: Path, dest: Path, stages: list[str], checkpoints: str) 
 
 
 def prepare(source: Path, name: str, profile_raw: dict, overrides: dict[str, Any], cache_dir: Path,
-            outputs_from: Path | None = None, chain: list[str] | None = None) -> Path:
+            outputs_from: Path | None = None, chain: list[str] | None = None, remote: str | None = None) -> Path:
     """The workspace of run `name` under `source` (made, or brought up to date when a killed run left it): the
-    project's files, params.yaml = `profile_raw` + `overrides` (tracking made absolute), DVC on the project's cache,
-    and (new workspaces) the outputs of the `chain` stages that `outputs_from` holds (see :func:`seed_outputs`)."""
+    project's files, params.yaml = `profile_raw` + `overrides` (tracking made absolute), DVC on the project's cache
+    (and the study's `remote`), and (new workspaces) the outputs of the `chain` stages that `outputs_from` holds
+    (see :func:`seed_outputs`)."""
     dest = source / ROOT / name
     names = project_files(source)
     resumed = (dest / "dvc.lock").exists()
@@ -174,7 +181,7 @@ def prepare(source: Path, name: str, profile_raw: dict, overrides: dict[str, Any
     raw = absolute_tracking(apply(profile_raw, overrides), source)
     (dest / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     (dest / ".dvc").mkdir(exist_ok=True)
-    (dest / ".dvc" / "config.local").write_text(_dvc_local_config(source, cache_dir))
+    (dest / ".dvc" / "config.local").write_text(_dvc_local_config(source, cache_dir, remote))
     venv = dest / ".venv"
     if (source / ".venv").exists() and not venv.exists():
         venv.symlink_to((source / ".venv").resolve(), target_is_directory=True)
