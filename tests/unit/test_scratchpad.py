@@ -209,3 +209,74 @@ def test_drill_docs_with_fraction_lines_verify():
 def test_drill_shares_must_fit_in_one():
     with pytest.raises(ValueError, match="fraction_share"):
         Drills(one_digit_share=0.9, fraction_share=0.2)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# decimals (data.synthetic.decimal_scratchpad, corpus.drills.decimal_share)
+
+
+@pytest.mark.parametrize("text", [
+    "19 - 2.85 = 18 - 2 + 1 - 0.85 = 16 + 0.15 = 16.15",  # a borrow of one whole
+    "14 - 0.7 = 13 + 1 - 0.7 = 13 + 0.3 = 13.3",
+    "13.3 - 2.1 = 13 - 2 + 0.3 - 0.1 = 11 + 0.2 = 11.2",
+    "13.3 + 2.45 = 13 + 2 + 0.3 + 0.45 = 15 + 0.75 = 15.75",
+    "2.7 + 0.5 = 2 + 0.7 + 0.5 = 2 + 1.2 = 3.2",
+    "17.15 * 5 = 17 * 5 + 0.15 * 5 = 85 + 0.75 = 85.75",
+    "6 * 16.5 = 6 * 16 + 6 * 0.5 = 96 + 3 = 99",  # the written order kept
+    "0.7 + 0.5 = 1.2", "0.15 * 5 = 0.75", "1.5 * 1.5 = 2.25",  # facts: written whole
+    "2.5 - 2.2 = 2 - 2 + 0.5 - 0.2 = 0.3",
+])
+def test_decimal_chains_by_hand(text):
+    from dsmath.data.synthetic.scratch import decimal_chain
+
+    expr, *links, result = text.split(" = ")
+    a, op, b = expr.split(" ")
+    assert decimal_chain(Fraction(a), op, Fraction(b)) == links
+
+
+def test_every_link_of_every_decimal_chain_holds():
+    from dsmath.data.synthetic.scratch import decimal_chain, decimal_text
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        a, b = (Fraction(rng.randint(0, 3000), rng.choice([1, 10, 100])) for _ in range(2))
+        op = rng.choice("+-*")
+        if op == "*":
+            b = Fraction(rng.randint(0, 12))
+        if op == "-" and a < b:
+            a, b = b, a
+        value = {"+": a + b, "-": a - b, "*": a * b}[op]
+        chain = [f"{decimal_text(a)} {op} {decimal_text(b)}", *decimal_chain(a, op, b), decimal_text(value)]
+        assert {sympy_value(x) for x in chain} == {sympy_value(str(value))}, chain
+        assert len(set(chain)) == len(chain), chain
+
+
+def test_decimal_records_write_the_chain_verify_and_draw_the_same_problems():
+    chained = 0
+    for seed in range(300):
+        off = generate_problem(random.Random(seed), "fraction_percent", 1 + seed % 4, 20, scratchpad=True)
+        on = generate_problem(random.Random(seed), "fraction_percent", 1 + seed % 4, 20, scratchpad=True,
+                              decimals=True)
+        assert verify_record(on, runner=None) == []
+        assert (on["key"], on["answer"], on["pot"], on["tool"], on["quantities"]) == \
+               (off["key"], off["answer"], off["pot"], off["tool"], off["quantities"])
+        chained += on["cot"] != off["cot"]
+        steps = [extract_chain(line) for line in on["cot"].splitlines()[:-1]]
+        assert [c[-1] for c in steps if c] == on["quantities"]
+    assert chained > 30  # the decimal-style templates' money steps
+
+
+def test_decimal_drill_lines_verify_and_their_share_is_of_all_lines():
+    docs = drill_documents(60, 40, 0.4, 200, 20, seed=5, fraction_share=0.2, decimal_share=0.25)
+    lines = [x for d in docs for x in d["text"].splitlines()[1:]]
+    for line in lines:
+        chain = extract_chain(line)
+        assert chain and len({sympy_value(x) for x in chain}) == 1, line
+        assert all(sympy_value(x) >= 0 for x in chain), line
+    decimal = [x for x in lines if "." in x]
+    assert 0.2 < len(decimal) / len(lines) < 0.3
+    assert any(x.count("=") == 3 for x in decimal)  # whole and decimal parts apart, then together
+    same = drill_documents(60, 40, 0.4, 200, 20, seed=5, fraction_share=0.2)
+    assert not any("." in x for d in same for x in d["text"].splitlines()[1:])  # decimal_share 0: none
+    with pytest.raises(ValueError, match="decimal_share"):
+        Drills(one_digit_share=0.5, fraction_share=0.2, decimal_share=0.4)

@@ -164,7 +164,7 @@ def test_split_is_a_function_of_the_key(splits):
 
 
 def test_exhausted_problem_space_raises_with_advice(monkeypatch):
-    def ten_problems(rng, family, level, max_number, scratchpad=False):  # a world with only 10 distinct problems
+    def ten_problems(rng, family, level, max_number, scratchpad=False, decimals=False):  # only 10 problems
         k = rng.randrange(10)
         return {"key": f"k{k}", "question": f"q{k}"}
 

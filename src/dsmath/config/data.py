@@ -82,6 +82,7 @@ class Synthetic(Section):
     n_test: PosInt = 1000
     max_number: Annotated[int, Field(ge=10)] = 20
     scratchpad: bool = True  # CoT writes multi-digit operations as place-value chains of one-digit facts
+    decimal_scratchpad: bool = False  # with it, a decimal operation too: 19 - 2.85 = 18 - 2 + 1 - 0.85 = 16 + 0.15
 
     @model_validator(mode="after")
     def _non_empty(self) -> Synthetic:
@@ -107,14 +108,15 @@ class Drills(Section):
     lines_per_doc: PosInt = 40
     one_digit_share: Prob = 0.5  # lines from the complete one-digit tables (and inverses)
     fraction_share: Prob = 0.2  # fraction lines: equivalences, sums / differences over the common denominator
+    decimal_share: Prob = 0.0  # decimal lines (money): sums, differences, products, with their decimal chains
     max_operand: PosInt = 200  # the rest: whole-number operations with operands up to this (log-uniform)
     max_divisor: PosInt = 20
 
     @model_validator(mode="after")
     def _shares(self) -> Drills:
-        if self.one_digit_share + self.fraction_share > 1:
-            raise ValueError(f"fraction_share: one_digit_share + fraction_share must be <= 1 (got "
-                             f"{self.one_digit_share} + {self.fraction_share})")
+        if self.one_digit_share + self.fraction_share + self.decimal_share > 1:
+            raise ValueError(f"fraction_share: one_digit_share + fraction_share + decimal_share must be <= 1 (got "
+                             f"{self.one_digit_share} + {self.fraction_share} + {self.decimal_share})")
         return self
 
 

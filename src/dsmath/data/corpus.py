@@ -196,7 +196,7 @@ def build_corpus(synthetic_docs: list[dict], heldout_keys: set[str], raw_dir: st
     recalled = [d for d, keep in zip(pool, report.model.predict([d["text"] for d in pool]), strict=True) if keep]
     dr = cfg.drills
     drills = drill_documents(dr.docs, dr.lines_per_doc, dr.one_digit_share, dr.max_operand, dr.max_divisor, seed,
-                             fraction_share=dr.fraction_share)
+                             fraction_share=dr.fraction_share, decimal_share=dr.decimal_share)
     math, metrics = build_math_corpus(seed_math + recalled + drills, eval_sets, heldout_keys, cfg)
     metrics |= report.metrics | {
         "code_docs": len(code),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple
 
-from dsmath.data.synthetic.scratch import fraction_chain, place_value_chain
+from dsmath.data.synthetic.scratch import decimal_chain, fraction_chain, place_value_chain
 from dsmath.data.synthetic.words import PEOPLE, Person
 
 ADD, MUL, ATOM = 1, 2, 3  # operator precedence of a rendered expression (ATOM: never needs parentheses)
@@ -143,10 +143,11 @@ def _reduce_once(e: E, style: str) -> E:
     return E(e.value, _join(a.cot, a.cot_prec, e.op, b.cot, b.cot_prec), "", "", prec, op=e.op, kids=(a, b))
 
 
-def working(expr: E, style: str) -> list[str]:
+def working(expr: E, style: str, decimals: bool = False) -> list[str]:
     """The CoT expressions between `expr` and its value: a compound expression reduced one operation at a time,
     then the last operation's place-value scratchpad (`dsmath.data.synthetic.scratch`) when its operands are whole,
-    or its common-denominator chain when it is a sum or difference with a fraction written `a/b` (not decimal style).
+    or its common-denominator chain when it is a sum or difference with a fraction written `a/b` (not decimal style),
+    or (`decimals`, decimal style) its whole parts and decimal parts apart when an operand is a decimal.
 
     >>> a, b, c = (E(Fraction(n), str(n), "", "") for n in (9, 2, 1))
     >>> working(a * b + c, "int")
@@ -162,6 +163,9 @@ def working(expr: E, style: str) -> list[str]:
     elif e.op in ("+", "-") and style != "decimal" and any(k.value.denominator != 1 for k in e.kids):
         a, b = (k.value for k in e.kids)
         out += [x for x in fraction_chain(a, e.op, b) if x != e.cot]
+    elif decimals and style == "decimal" and e.op and any(k.value.denominator != 1 for k in e.kids):
+        a, b = (k.value for k in e.kids)
+        out += [x for x in decimal_chain(a, e.op, b) if x != e.cot]
     return out
 
 
@@ -169,8 +173,9 @@ class Ctx:
     """Accumulates one problem: question sentences, steps, program inputs, key numbers."""
 
     def __init__(self, rng: random.Random, max_number: int, template: str, style: str = "int",
-                 scratchpad: bool = False):
+                 scratchpad: bool = False, decimals: bool = False):
         self.rng, self.max_number, self.style, self.scratchpad = rng, max_number, style, scratchpad
+        self.decimals = decimals  # decimal operations split into whole and decimal parts (`decimal_scratchpad`)
         self.cap = max(max_number**2, 1000)  # bound on intermediate results
         self.tags = [template]
         self.sentences: list[str] = []
@@ -259,7 +264,7 @@ class Ctx:
         if expr.value < 0 or expr.value > self.cap:
             raise Reject(f"intermediate {expr.value} out of bounds")
         shown = fmt_number(expr.value, self.style)
-        chain = working(expr, self.style) if self.scratchpad else []
+        chain = working(expr, self.style, self.decimals) if self.scratchpad else []
         self.cot.append(f"{text}: {' = '.join([expr.cot, *chain, shown])}.")
         self.quantities.append(shown)
         self.steps += 1

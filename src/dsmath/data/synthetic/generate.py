@@ -26,9 +26,11 @@ _TRIES = 200  # draws per problem before giving up (rejections are cheap: a few 
 _CELL_REPEATS = 1000  # this many repeats in a row from one family/level: its problem space is used up
 
 
-def generate_problem(rng: random.Random, family: str, level: int, max_number: int, scratchpad: bool = False) -> dict:
+def generate_problem(rng: random.Random, family: str, level: int, max_number: int, scratchpad: bool = False,
+                     decimals: bool = False) -> dict:
     """One problem record of `family` with `level` or `level + 1` steps; given numbers are <= `max_number`;
-    `scratchpad`: CoT steps written as place-value chains (`dsmath.data.synthetic.scratch`)."""
+    `scratchpad`: CoT steps written as place-value chains (`dsmath.data.synthetic.scratch`); `decimals`: decimal
+    operations too, whole and decimal parts apart."""
     if family not in FAMILIES:
         raise ValueError(f"family: must be one of {', '.join(FAMILIES)} (got {family!r})")
     if level not in LEVELS:
@@ -38,7 +40,7 @@ def generate_problem(rng: random.Random, family: str, level: int, max_number: in
         n = level + rng.randint(0, 1)
         name = rng.choice([name for name, t in templates.items() if n in t.steps])
         template = templates[name]
-        ctx = Ctx(rng, max_number, name, template.style, scratchpad)
+        ctx = Ctx(rng, max_number, name, template.style, scratchpad, decimals)
         try:
             answer, goal = template.fn(ctx, n)
         except Reject:
@@ -78,7 +80,7 @@ def generate_splits(cfg: Synthetic, seed: int) -> dict[str, list[dict]]:
             raise RuntimeError(f"synthetic: every family/level repeats itself after {have} distinct problems; "
                                "raise max_number, add levels or families, or ask for fewer problems")
         cell = min(live, key=found.__getitem__)  # first of the least filled cells: deterministic
-        rec = generate_problem(rng, *cell, cfg.max_number, cfg.scratchpad)
+        rec = generate_problem(rng, *cell, cfg.max_number, cfg.scratchpad, cfg.decimal_scratchpad)
         if rec["key"] in seen_keys or rec["question"] in seen_questions:
             misses[cell] += 1
             if misses[cell] >= _CELL_REPEATS:

@@ -147,3 +147,77 @@ def chain_text(a: int | Fraction, op: str, b: int | Fraction, result: str) -> st
     operand is a fraction, see :func:`fraction_chain`; `str(Fraction)` writes `1/2`, a whole one `1`)."""
     links = fraction_chain(a, op, b) if _is_fraction(a) or _is_fraction(b) else place_value_chain(a, op, b)
     return " = ".join([f"{a} {op} {b}", *links, result])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# decimals (money in decimal-style problems): whole part and cents apart
+
+
+def decimal_text(x: Fraction) -> str:
+    """`13.3`, `0.75`, `16` (a value with at most two decimals)."""
+    if x.denominator == 1:
+        return str(x.numerator)
+    cents = int(x * 100)
+    whole, rest = divmod(cents, 100)
+    return f"{whole}.{rest:02d}".rstrip("0")
+
+
+def _decimal_terms(parts: list[tuple[str, Fraction]]) -> str:
+    """`18 - 2 + 1 - 0.85` style text of signed terms, zero terms dropped."""
+    text = ""
+    for sign, value in parts:
+        if value == 0:
+            continue
+        text += f" {sign} {decimal_text(value)}" if text else decimal_text(value)
+    return text or "0"
+
+
+def _cents(x: Fraction) -> bool:
+    return x >= 0 and (x * 100).denominator == 1
+
+
+def decimal_chain(a: Fraction | int, op: str, b: Fraction | int) -> list[str]:
+    """The expressions between `a op b` and its result (both excluded) for an operation with a decimal operand
+    (at most two decimals, as money): the whole parts and the decimal parts apart, then together. [] when the
+    operation is written directly (whole operands, a division, two decimal factors, a negative value).
+
+    >>> decimal_chain(Fraction("19"), "-", Fraction("2.85"))
+    ['18 - 2 + 1 - 0.85', '16 + 0.15']
+    >>> decimal_chain(Fraction("13.3"), "+", Fraction("2.45"))
+    ['13 + 2 + 0.3 + 0.45', '15 + 0.75']
+    >>> decimal_chain(Fraction("17.15"), "*", 5)
+    ['17 * 5 + 0.15 * 5', '85 + 0.75']
+    """
+    a, b = Fraction(a), Fraction(b)
+    if op not in ("+", "-", "*") or not (_cents(a) and _cents(b)) or (a.denominator == 1 and b.denominator == 1):
+        return []
+    wa, fa = divmod(a, 1)
+    wb, fb = divmod(b, 1)
+    if op == "+":
+        chain = [_decimal_terms([("+", wa), ("+", wb), ("+", fa), ("+", fb)]),
+                 _decimal_terms([("+", wa + wb), ("+", fa + fb)])]
+    elif op == "-":
+        if a < b:
+            return []
+        if fa < fb:  # borrow one whole
+            wa, fa = wa - 1, fa + 1
+        chain = [_decimal_terms([("+", wa), ("-", wb), ("+", fa), ("-", fb)]),
+                 _decimal_terms([("+", wa - wb), ("+", fa - fb)])]
+    else:
+        if a.denominator != 1 and b.denominator != 1:
+            return []  # two decimal factors: written whole
+        x, k, x_first = (a, b, True) if a.denominator != 1 else (b, a, False)
+        wx, fx = divmod(x, 1)
+        if wx == 0 or k <= 1:
+            return []  # 0.15 * 5: a decimal fact, written whole
+        k_text = str(int(k))
+        split = (f"{decimal_text(wx)} * {k_text} + {decimal_text(fx)} * {k_text}" if x_first
+                 else f"{k_text} * {decimal_text(wx)} + {k_text} * {decimal_text(fx)}")
+        chain = [split, _decimal_terms([("+", wx * k), ("+", fx * k)])]
+    expr, result = f"{decimal_text(a)} {op} {decimal_text(b)}", decimal_text(a + b if op == "+" else
+                                                                            a - b if op == "-" else a * b)
+    out = []
+    for x in chain:
+        if x not in (expr, result, *out):
+            out.append(x)
+    return out
