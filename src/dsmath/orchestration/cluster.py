@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 from dsmath.runtime import tracking
 from dsmath.study import remote, runner
@@ -149,15 +150,11 @@ def run_on_pool(job: Runner, runs: list[tuple[str, int]], chains: dict[str, str]
     study, cluster = job.study, job.study.cluster
     deployment_id = ensure_deployment(pool)
     ensure_crash_automation(deployment_id, cluster.silent_s)
-    text = open(study.path).read()
+    text = Path(study.path).read_text()
 
     def submit(variant: str, seed: int, attempt: int):
         key = study.run_key(variant, seed)
-        child = job.open_child(variant, seed) if attempt == 0 else None
-        if child is None:
-            with runner._MLFLOW:
-                child = tracking.open_run(runner.variant_params(study, variant, seed, study.profile),
-                                          f"{variant} seed {seed}", job.run_tags(variant, seed), job.parent.run_id)
+        child = job.open_child(variant, seed, end_killed=attempt == 0)
         params = {"study_text": text, "variant": variant, "seed": seed, "parent_run_id": job.parent.run_id,
                   "child_run_id": child.run_id, "chain": chains[variant], "key": key, "remote": job.remote,
                   "pool": pool}

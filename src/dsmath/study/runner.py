@@ -286,12 +286,14 @@ class Runner:
         return {"dsmath.kind": "study-run", "dsmath.study": self.study.name, "dsmath.variant": variant,
                 "dsmath.seed": str(seed)}
 
-    def open_child(self, variant: str, seed: int) -> tracking.StageRun:
-        """The variant x seed's MLflow child under the study's parent (a killed attempt's left RUNNING: KILLED)."""
+    def open_child(self, variant: str, seed: int, end_killed: bool = True) -> tracking.StageRun:
+        """The variant x seed's MLflow child under the study's parent; `end_killed`: a child a killed attempt left
+        RUNNING is marked KILLED first (a resubmission on a pool ends its crashed attempt's child itself)."""
         params = variant_params(self.study, variant, seed, self.study.profile)
         tags = self.run_tags(variant, seed)
         with _MLFLOW:
-            tracking.end_unfinished(params, tags)  # the run of a killed attempt
+            if end_killed:
+                tracking.end_unfinished(params, tags)  # the run of a killed attempt
             return tracking.open_run(params, f"{variant} seed {seed}", tags,
                                      self.parent.run_id if self.parent else None)
 
