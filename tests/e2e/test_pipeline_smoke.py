@@ -463,7 +463,7 @@ def cluster(repo, study, tmp_path_factory):
         "report: reports/study-cluster.md\nshared:\n  rl.steps: 4\nvariants:\n  grpo: {overrides: {}}\n"
         f"cluster:\n  remote: {root / 'dvc-remote'}\n  silent_s: 75\n")
     before = {p: (repo / p).read_bytes() for p in ("params.yaml", "dvc.lock")}
-    services = []
+    services, uri_before = [], os.environ.get("MLFLOW_TRACKING_URI")
     try:
         prefect, api = prefect_server(root, env, logs)
         services.append(prefect)
@@ -487,18 +487,26 @@ def cluster(repo, study, tmp_path_factory):
         driver.proc.wait(timeout=60)
         flow_runs = json.loads(urllib.request.urlopen(urllib.request.Request(
             f"{api}/flow_runs/filter", data=b"{}", headers={"Content-Type": "application/json"})).read())
-        import mlflow as mlflow_client
+        from mlflow.tracking import MlflowClient
 
-        mlflow_client.set_tracking_uri(tracking)
-        runs = mlflow_client.search_runs(experiment_names=["dsmath"], output_format="list")
-        artifacts = {r.info.run_id: sorted(a.path for a in mlflow_client.MlflowClient().list_artifacts(r.info.run_id))
+        client = MlflowClient(tracking_uri=tracking)  # not mlflow.set_tracking_uri: it exports the URI to the
+        # environment of this process, and the tests after this one would log to a server that is gone
+        runs = client.search_runs([client.get_experiment_by_name("dsmath").experiment_id])
+        artifacts = {r.info.run_id: sorted(a.path for a in client.list_artifacts(r.info.run_id))
                      for r in runs if r.data.tags.get("dsmath.kind") == "study-run" and r.info.status == "FINISHED"}
-        locks = {r.data.tags["dsmath.seed"]: yaml.safe_load(Path(mlflow_client.artifacts.download_artifacts(
-            run_id=r.info.run_id, artifact_path="dvc.lock", dst_path=str(root / r.info.run_id))).read_text())
-            for r in runs if r.info.run_id in artifacts}
+        locks = {}
+        for r in runs:
+            if r.info.run_id in artifacts:
+                (root / r.info.run_id).mkdir()
+                path = client.download_artifacts(r.info.run_id, "dvc.lock", str(root / r.info.run_id))
+                locks[r.data.tags["dsmath.seed"]] = yaml.safe_load(Path(path).read_text())
     finally:
         for s in services:
             s.stop()
+        if os.environ.get("MLFLOW_TRACKING_URI") != uri_before:  # nothing of this cluster may outlive it
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+            if uri_before is not None:
+                os.environ["MLFLOW_TRACKING_URI"] = uri_before
     return {"rc": driver.proc.returncode, "driver": "".join(driver.lines), "killed": killed, "machines": machines,
             "flow_runs": flow_runs, "mlflow": runs, "artifacts": artifacts, "locks": locks,
             "remote": root / "dvc-remote", "before": before, "after": {p: (repo / p).read_bytes() for p in before}}
