@@ -176,46 +176,74 @@ def _cents(x: Fraction) -> bool:
     return x >= 0 and (x * 100).denominator == 1
 
 
+def _place_terms(x: Fraction) -> list[Fraction]:
+    """The place-value parts of an amount with at most two decimals: 17.15 -> [10, 7, 0.1, 0.05] (zeros left out)."""
+    cents = int(x * 100)
+    parts = [Fraction(cents // 100 - cents // 100 % 10), Fraction(cents // 100 % 10), Fraction(cents // 10 % 10, 10),
+             Fraction(cents % 10, 100)]
+    return [t for t in parts if t] or [Fraction(0)]
+
+
+def _whole_links(a: int, op: str, b: int) -> tuple[str, str]:
+    """(the split, the combined) texts of a whole-number `a op b` as its place-value chain writes them (the
+    expression and its value when it is written directly)."""
+    chain = {"+": _add, "-": _sub}[op](a, b)
+    if len(chain) == 2:
+        return chain[0], chain[1]
+    value = a + b if op == "+" else a - b
+    return _terms([("+", a), (op, b)]), str(value)
+
+
 def decimal_chain(a: Fraction | int, op: str, b: Fraction | int) -> list[str]:
     """The expressions between `a op b` and its result (both excluded) for an operation with a decimal operand
-    (at most two decimals, as money): the whole parts and the decimal parts apart, then together. [] when the
-    operation is written directly (whole operands, a division, two decimal factors, a negative value).
+    (at most two decimals, as money), every link made of one-digit facts as far as the place-value scratchpad's:
+    a product by a whole number splits the amount into its place-value parts (`13.3 * 4 = 10 * 4 + 3 * 4 + 0.3 * 4
+    = 40 + 12 + 1.2 = 52 + 1.2`); a sum or difference takes the whole parts by place value and the decimal parts
+    apart (a borrow of one whole when the decimals need it: `19 - 2.85 = 10 + 8 - 2 + 1 - 0.85 = 10 + 6 + 0.15 =
+    16 + 0.15`). [] when the operation is written directly (whole operands, a division, two decimal factors, a
+    negative value, a decimal fact such as `0.7 + 0.5` or `0.15 * 5`).
 
-    >>> decimal_chain(Fraction("19"), "-", Fraction("2.85"))
-    ['18 - 2 + 1 - 0.85', '16 + 0.15']
-    >>> decimal_chain(Fraction("13.3"), "+", Fraction("2.45"))
-    ['13 + 2 + 0.3 + 0.45', '15 + 0.75']
-    >>> decimal_chain(Fraction("17.15"), "*", 5)
-    ['17 * 5 + 0.15 * 5', '85 + 0.75']
+    >>> decimal_chain(Fraction("18"), "+", Fraction("3.6"))
+    ['10 + 8 + 3 + 0.6', '10 + 11 + 0.6', '21 + 0.6']
+    >>> decimal_chain(Fraction("13.3"), "*", 4)
+    ['10 * 4 + 3 * 4 + 0.3 * 4', '40 + 12 + 1.2', '52 + 1.2']
     """
     a, b = Fraction(a), Fraction(b)
     if op not in ("+", "-", "*") or not (_cents(a) and _cents(b)) or (a.denominator == 1 and b.denominator == 1):
         return []
-    wa, fa = divmod(a, 1)
-    wb, fb = divmod(b, 1)
-    if op == "+":
-        chain = [_decimal_terms([("+", wa), ("+", wb), ("+", fa), ("+", fb)]),
-                 _decimal_terms([("+", wa + wb), ("+", fa + fb)])]
-    elif op == "-":
-        if a < b:
-            return []
-        if fa < fb:  # borrow one whole
-            wa, fa = wa - 1, fa + 1
-        chain = [_decimal_terms([("+", wa), ("-", wb), ("+", fa), ("-", fb)]),
-                 _decimal_terms([("+", wa - wb), ("+", fa - fb)])]
-    else:
+    value = a + b if op == "+" else a - b if op == "-" else a * b
+    if value < 0:
+        return []
+    if op == "*":
         if a.denominator != 1 and b.denominator != 1:
             return []  # two decimal factors: written whole
         x, k, x_first = (a, b, True) if a.denominator != 1 else (b, a, False)
-        wx, fx = divmod(x, 1)
-        if wx == 0 or k <= 1:
+        if x < 1 or k <= 1:
             return []  # 0.15 * 5: a decimal fact, written whole
-        k_text = str(int(k))
-        split = (f"{decimal_text(wx)} * {k_text} + {decimal_text(fx)} * {k_text}" if x_first
-                 else f"{k_text} * {decimal_text(wx)} + {k_text} * {decimal_text(fx)}")
-        chain = [split, _decimal_terms([("+", wx * k), ("+", fx * k)])]
-    expr, result = f"{decimal_text(a)} {op} {decimal_text(b)}", decimal_text(a + b if op == "+" else
-                                                                            a - b if op == "-" else a * b)
+        parts, kt = _place_terms(x), str(int(k))
+        split = " + ".join(f"{decimal_text(t)} * {kt}" if x_first else f"{kt} * {decimal_text(t)}" for t in parts)
+        products = [t * k for t in parts]
+        whole = sum(p for p in products if p.denominator == 1 and p >= 1)
+        decimal = sum(products) - whole
+        chain = [split, " + ".join(decimal_text(p) for p in products), _decimal_terms([("+", whole), ("+", decimal)])]
+    else:
+        wa, fa = divmod(a, 1)
+        wb, fb = divmod(b, 1)
+        if op == "-" and fa < fb:  # borrow one whole
+            wa, fa = wa - 1, fa + 1
+        split, combined = _whole_links(int(wa), op, int(wb))
+        dec = fa + fb if op == "+" else fa - fb
+        whole = wa + wb if op == "+" else wa - wb
+        decimals = _decimal_terms([("+", fa), (op, fb)])  # `1 - 0.85`, `0.3 + 0.45`
+        if split == "0":
+            first = decimals
+        elif decimals == "0":
+            first = split
+        else:
+            first = f"{split} {decimals}" if decimals.startswith("- ") else f"{split} + {decimals}"
+        second = combined if not dec else (decimal_text(dec) if combined == "0" else f"{combined} + {decimal_text(dec)}")
+        chain = [first, second, _decimal_terms([("+", whole), ("+", dec)])]
+    expr, result = f"{decimal_text(a)} {op} {decimal_text(b)}", decimal_text(value)
     out = []
     for x in chain:
         if x not in (expr, result, *out):
