@@ -125,8 +125,9 @@ def check_shared(job: Runner) -> None:
         raise runner.StudyRunFailed("a study on a work pool needs the Prefect server its workers poll: set "
                                     "PREFECT_API_URL=http://host:4200/api (`prefect server start` on some machine)")
 
-    uri = tracking.tracking_uri(runner.variant_params(job.study, *job.study.runs()[0], job.study.profile)
-                                .common.tracking)
+    from dsmath.config import load_params
+
+    uri = tracking.tracking_uri(load_params(job.study.profile).common.tracking)
     if not uri.startswith(("http://", "https://", "databricks")):
         raise runner.StudyRunFailed(f"a study on a work pool needs an MLflow tracking server every machine reaches "
                                     f"(MLFLOW_TRACKING_URI=http://host:5000), not {uri}")
