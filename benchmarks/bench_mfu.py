@@ -88,9 +88,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", help="training precision: float32 | bfloat16 (GPUs)")
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="the device's spec peak in --dtype (0: none)")
     args = ap.parse_args()
-    from dsmath.runtime.distributed import resolve_dtype
+    from dsmath.runtime.precision import DTYPES
 
-    mm_dtype = resolve_dtype(args.dtype)
+    mm_dtype = DTYPES[args.dtype]
 
     params = load_params(args.params)
     if args.batch or args.seq_len:

@@ -152,9 +152,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu | cuda")
     ap.add_argument("--dtype", default="float32", help="decoding precision: float32 | bfloat16 (GPUs)")
     args = ap.parse_args()
-    from dsmath.runtime.distributed import resolve_dtype
+    from dsmath.runtime.precision import DTYPES
 
-    dtype = resolve_dtype(args.dtype)
+    dtype = DTYPES[args.dtype]
 
     torch.set_num_threads(args.threads)
     model = pretrained_model(args.model, args.gguf_file) if args.model else default_model(seed=0)

@@ -120,6 +120,36 @@ def test_same_params_same_seed_identical_weights(chain, tmp_path, monkeypatch):
     assert weights_digest(tmp_path / "models" / "base") == weights_digest(chain / "models" / "base")
 
 
+@pytest.mark.parametrize("cpu_bf16", [False, True])
+def test_dtype_auto_is_float32_without_native_bf16_and_bf16_with_it(chain, tmp_path, monkeypatch, cpu_bf16):
+    """`common.dtype: auto` on a CPU without native bf16 trains the very weights float32 trains; on one with it
+    (the CPU's flags stand in for the machine) it trains in bf16: other weights, `bf16` in the metrics and the
+    `dsmath.dtype` tag on the MLflow run."""
+    import mlflow
+
+    from dsmath.runtime import precision
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"} if cpu_bf16 else
+                                                                  {"avx2", "avx512f"}))
+    _copy_inputs(chain, tmp_path, "data", "models/tokenizer")
+    monkeypatch.chdir(tmp_path)
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state()  # one precision per process in a stage; this test process trains in two
+    params = write_params(tmp_path, smoke_params(tmp_path, **{"common.dtype": "auto"}))
+    try:
+        run_stage(base.main, ["--params", str(params)])
+    finally:
+        AcceleratorState._reset_state()
+    same = weights_digest(tmp_path / "models" / "base") == weights_digest(chain / "models" / "base")
+    assert same is not cpu_bf16
+    assert _metrics(tmp_path, "base")["bf16"] == float(cpu_bf16) and _metrics(chain, "base")["bf16"] == 0.0
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("dsmath-test").experiment_id])
+    assert run.data.tags["dsmath.dtype"] == ("bfloat16" if cpu_bf16 else "float32")
+
+
 def _pretrain_cmd(tmp: Path, **overrides) -> list[str]:
     raw = smoke_params(tmp, **overrides)
     return [sys.executable, "-m", "stages.pretrain", "--params", str(write_params(tmp, raw))]

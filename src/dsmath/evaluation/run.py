@@ -20,7 +20,7 @@ from dsmath.data.benchmarks import load_benchmark
 from dsmath.data.io import read_jsonl, require_records
 from dsmath.evaluation.evaluate import Generator, evaluate_model, evaluate_split
 from dsmath.modeling.model import load_dir
-from dsmath.runtime import distributed
+from dsmath.runtime import distributed, precision
 
 VAL_PREFIX = "val/"  # metrics of the validation split: `val/synthetic/tool/greedy`
 TIMING_SUFFIX = "_per_s"  # speed metrics (`greedy_problems_per_s`): kept out of the cached eval/ folders
@@ -90,7 +90,7 @@ def validation_metrics(model, tok, params, last_number: bool, sampling: bool,
     path = Path(params.common.paths.synthetic) / "val.jsonl"
     records = require_records(read_jsonl(path), path, "evaluate.val_problems")[: ev.val_problems]
     gen = Generator(model, tok, ev, params.sandbox, params.common.seed, last_number, world,
-                    distributed.resolve_dtype(params.common.dtype))
+                    precision.stage_torch_dtype(params.common, "evaluate", world.device if world else None))
     m, _ = evaluate_split(gen, records, mode, ev, params.sandbox, params.rewards,
                           sampled=sampling and "@" in metric)
     return {f"{VAL_PREFIX}synthetic/{mode}/{k}": v for k, v in m.items()}
@@ -108,7 +108,8 @@ def run_evaluation(params, model_name: str,
     metrics and curves over its seeds, each seed's outputs in eval/rl/seed-<seed>/ (rows carry their `run`).
     world: the ranks sharing the decoding (default: one process on `common.device`); only rank 0 writes."""
     world = world or distributed.setup(params.common.device)
-    dtype = distributed.resolve_dtype(params.common.dtype)
+    dtype_name = precision.stage_dtype(params.common, "evaluate", world.device)
+    dtype = precision.DTYPES[dtype_name]
     ev, out_root = params.evaluate, Path(params.common.paths.eval) / model_name
     last_number, sampling = model_name in ev.last_number_answer, model_name in ev.sampled_models
     datasets = eval_datasets(params)
@@ -125,7 +126,7 @@ def run_evaluation(params, model_name: str,
             rows = [{"run": run, **r} for r in rows]
         per_run.append(metrics)
         all_rows += rows
-    metrics = mean_metrics(per_run)
+    metrics = mean_metrics(per_run) | {"bf16": float(dtype_name == "bfloat16")}  # the precision auto chose here
     curves = curve_rows(metrics, ev.k)
     if world.is_main:
         write_outputs(out_root, [] if model_name == "rl" else all_rows, curves)

@@ -35,7 +35,7 @@ from dsmath.generation.tools import sandbox_tool
 from dsmath.modeling.model import load_dir, save_dir
 from dsmath.rl.scoring import Scorer
 from dsmath.rl.trainer import RLTrainer
-from dsmath.runtime import distributed
+from dsmath.runtime import distributed, precision
 from dsmath.train import checkpoint
 from dsmath.train.checkpoint import CorruptCheckpointError, CorruptCheckpointWarning, fingerprint
 from dsmath.train.loop import DivergenceError, check_weights
@@ -148,8 +148,8 @@ def train_rl(params, run, seed: int, world: distributed.World | None = None) -> 
     train, val = rl_problems(params)
     scorer = Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox, seed)
     tool_fn = sandbox_tool(params.sandbox) if cfg.mode == "tool" else None
-    trainer = RLTrainer(cfg, policy, tok, train, scorer, seed, tool_fn, world=world,
-                        dtype=distributed.resolve_dtype(params.common.dtype))
+    dtype = precision.stage_dtype(params.common, "rl", world.device)
+    trainer = RLTrainer(cfg, policy, tok, train, scorer, seed, tool_fn, world=world, dtype=precision.DTYPES[dtype])
     code = codedeps.stage_code_hash("rl", "dsmath.rl.run")  # a checkpoint of other code is never resumed
     fp = fingerprint({"rl": cfg.model_dump(), "rewards": params.rewards.model_dump(), "seed": seed, "code": code},
                      [sft_dir])
@@ -203,7 +203,8 @@ def train_rl(params, run, seed: int, world: distributed.World | None = None) -> 
         ckpt.unlink(missing_ok=True)  # the finished model is the output; a rerun with the same params is DVC's no-op
     distributed.barrier(world)
     return summarise(history, trainer, wall) | {"seed": seed, "resumed_from_step": resumed_from,
-                                                "model_dir": str(out_dir), "processes": world.size}
+                                                "model_dir": str(out_dir), "processes": world.size,
+                                                "bf16": float(dtype == "bfloat16")}
 
 
 def _diverged(seed: int, step: int, problem: str, cfg) -> str:

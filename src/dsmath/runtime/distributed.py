@@ -17,8 +17,6 @@ from typing import Any
 
 import torch
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 @dataclass(frozen=True)
 class World:
@@ -73,11 +71,6 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
             raise RuntimeError("common.device is cuda but torch sees no CUDA device")
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device(name)
-
-
-def resolve_dtype(name: str) -> torch.dtype:
-    """params `common.dtype` -> torch dtype."""
-    return DTYPES[name]
 
 
 def setup(device: str = "auto") -> World:

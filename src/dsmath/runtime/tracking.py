@@ -171,6 +171,17 @@ def env_tags() -> dict[str, str]:
     return tags
 
 
+def precision_tags(stage: str, params) -> dict[str, str]:
+    """A torch stage's compute precision (``dsmath.dtype``: what ``common.dtype`` resolved to here) and whether this
+    CPU computes bf16 natively (``env.cpu_bf16``); nothing for the other stages."""
+    from dsmath.runtime import precision
+
+    if stage.split("@")[0] not in precision.STAGES:
+        return {}
+    return {"dsmath.dtype": precision.stage_dtype(params.common, stage),
+            "env.cpu_bf16": str(precision.native_bf16(precision.cpu_flags())).lower()}
+
+
 def dvc_dep_tags(stage: str, lock_path: str | os.PathLike = "dvc.lock") -> dict[str, str]:
     """The dependency hashes DVC recorded for `stage` in dvc.lock (`evaluate@sft` is stored as evaluate@sft)."""
     import yaml
@@ -279,7 +290,8 @@ def stage_run(stage: str, params, sections: Mapping[str, Any] | None = None) -> 
     exp_id = setup(params.common.tracking)
     end_orphaned_runs(exp_id, stage)
     parent = os.environ.get(PARENT_ENV) or None
-    tags = {"dsmath.stage": stage, PROCESS_TAG: json.dumps(process_identity()), **git_tags(), **env_tags()}
+    tags = {"dsmath.stage": stage, PROCESS_TAG: json.dumps(process_identity()), **git_tags(), **env_tags(),
+            **precision_tags(stage, params)}
     nested = mlflow.active_run() is not None  # the parent is open in this very process (flow tests, notebooks)
     with mlflow.start_run(experiment_id=exp_id, run_name=stage, parent_run_id=parent, tags=tags,
                           nested=nested) as active:

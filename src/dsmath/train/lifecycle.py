@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from dsmath.runtime import tracking
+from dsmath.runtime import precision, tracking
 from dsmath.runtime.stage import write_metrics
 
 CURVE_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens_per_s")
@@ -87,7 +87,8 @@ def finish(accelerator, run, params, stage: str, outcome, model_dir: str | Path,
         raise DivergenceError(f"{stage}: the trained model has non-finite weights ({', '.join(bad[:3])}"
                               f"{', ...' if len(bad) > 3 else ''}); not saved to {model_dir}")
     save_dir(outcome.model, outcome.tokenizer, model_dir)
-    metrics = outcome.metrics | {"wall_seconds": wall_seconds}
+    metrics = outcome.metrics | {"wall_seconds": wall_seconds,
+                                 "bf16": float(precision.stage_dtype(params.common, stage) == "bfloat16")}
     publish(run, params, stage, model_dir, outcome.history, metrics)
     if outcome.rows:
         run.log_table(outcome.rows, f"{stage}_samples.json")
@@ -100,7 +101,7 @@ def run_training_stage(params, stage: str, recipe, sections: dict[str, Any]) -> 
     from dsmath.train.loop import make_accelerator
 
     t0 = time.perf_counter()
-    accelerator = make_accelerator(params.common.device, params.common.dtype)
+    accelerator = make_accelerator(params.common.device, precision.stage_dtype(params.common, stage))
     if accelerator.is_main_process:  # a DVC output even when no checkpoint is written (pass-through, no interval)
         (Path(params.common.paths.checkpoints) / stage).mkdir(parents=True, exist_ok=True)
     with stage_tracking(accelerator, stage, params, sections) as run:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dsmath.data.io import read_jsonl
 from dsmath.modeling import model as models
-from dsmath.runtime import distributed
+from dsmath.runtime import distributed, precision
 from dsmath.train import causal, data, evaluate, probe, recipes
 from dsmath.train.loop import LogFn, train
 
@@ -62,7 +62,7 @@ def sft(params, accelerator, log: LogFn) -> recipes.Outcome:
     world = distributed.setup(params.common.device)  # the probe's problems are split over the ranks
     probe_metrics, rows = probe.accuracy_probe(model, tokenizer, val[: section.probe.n_problems], section.probe,
                                               params.sandbox, params.rewards, seed,
-                                              distributed.resolve_dtype(params.common.dtype), world)
+                                              precision.stage_torch_dtype(params.common, "sft", world.device), world)
     if not accelerator.is_main_process:
         return recipes.Outcome(model, tokenizer, state.history, metrics)
     mean_len = sum(len(ids) for ids, _ in examples) / len(examples)
