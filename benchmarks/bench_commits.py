@@ -63,7 +63,7 @@ def main() -> None:
 
     import torch
 
-    from dsmath.runtime.tracking import cpu_name
+    from dsmath.runtime.provenance import cpu_name
 
     torch.set_num_threads(2)
     root = Path(__file__).resolve().parents[1]

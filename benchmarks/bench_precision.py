@@ -27,7 +27,7 @@ import torch
 import yaml
 
 from dsmath.runtime import precision
-from dsmath.runtime.tracking import cpu_name
+from dsmath.runtime.provenance import cpu_name
 from dsmath.train.flops import matmul_flops_per_s
 
 ROOT = Path(__file__).resolve().parents[1]

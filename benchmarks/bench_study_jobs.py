@@ -24,7 +24,7 @@ from statistics import median
 
 import yaml
 
-from dsmath.runtime import tracking
+from dsmath.runtime import provenance
 from dsmath.study import runner
 from dsmath.study.spec import load_study
 from dsmath.train.flops import matmul_flops_per_s
@@ -62,7 +62,7 @@ def main() -> None:
                         help="give each setting's runs cores / jobs threads (else the study file's threads for all)")
     args = parser.parse_args()
     study = load_study(args.study)
-    machine = {"cpu": tracking.cpu_name(), "matmul_gflops_before": round(matmul_flops_per_s() / 1e9, 1)}
+    machine = {"cpu": provenance.cpu_name(), "matmul_gflops_before": round(matmul_flops_per_s() / 1e9, 1)}
     print(json.dumps(machine), flush=True)
     warm = runner.Runner(study, on_line=lambda line: None)
     t0 = time.perf_counter()

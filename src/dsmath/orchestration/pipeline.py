@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from dsmath.config import load_params
-from dsmath.runtime import tracking
+from dsmath.runtime import provenance, tracking
 
 
 def stage_graph(repo_root: str | os.PathLike = "."):
@@ -111,7 +111,7 @@ def pipeline_run(params, run_name: str = "pipeline", tags: dict | None = None) -
     """Open the parent MLflow run of one pipeline execution; stages started meanwhile become its children."""
     mlflow = tracking._mlflow()
     exp_id = tracking.setup(params.common.tracking)
-    all_tags = {"dsmath.kind": "pipeline", **tracking.git_tags(), **(tags or {})}
+    all_tags = {"dsmath.kind": "pipeline", **provenance.git_tags(), **(tags or {})}
     with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=all_tags) as run:
         previous = os.environ.get(tracking.PARENT_ENV)
         os.environ[tracking.PARENT_ENV] = run.info.run_id
@@ -167,7 +167,7 @@ def write_stage_times(params, parent_id: str, wall_s: float) -> dict | None:
     if not stages:
         return None
     record = {"stages": stages, "wall_s": round(wall_s, 1), "matmul_gflops": round(matmul_flops_per_s() / 1e9, 1),
-              "cpu": tracking.cpu_name(), "git_commit": tracking.git_tags().get("git.commit", "unknown")}
+              "cpu": provenance.cpu_name(), "git_commit": provenance.git_tags().get("git.commit", "unknown")}
     path = Path(params.common.paths.metrics) / STAGE_TIMES
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from dsmath.config import load_raw, seed_dir
-from dsmath.runtime import tracking
+from dsmath.runtime import provenance, tracking
 from dsmath.study import workspace
 from dsmath.study.spec import Study, variant_params
 
@@ -196,7 +196,7 @@ def machine_record() -> dict:
     """The machine a run ran on: its fp32 matmul rate next to every time (machines here differ by ~2x)."""
     from dsmath.train.flops import matmul_flops_per_s
 
-    return {"matmul_gflops": round(matmul_flops_per_s() / 1e9, 1), "cpu": tracking.cpu_name()}
+    return {"matmul_gflops": round(matmul_flops_per_s() / 1e9, 1), "cpu": provenance.cpu_name()}
 
 
 def dvc_bin() -> str:
@@ -309,7 +309,7 @@ class Runner:
             result = collect(self.study, variant, seed, params, self.name(variant, seed), ws,
                              self._sft_problems[chain]) | {
                 "wall_s": round(wall, 1), "threads": params.rl.threads or params.common.num_threads, "jobs": self.jobs,
-                "git_commit": tracking.git_tags()["git.commit"], **self.machine}
+                "git_commit": provenance.git_tags()["git.commit"], **self.machine}
             log_child(child, result, params)
         return result
 
