@@ -163,8 +163,11 @@ def run_dsmath(args) -> dict:
 
     params, cfg, train, _ = shared_setup(args)
     policy, tok = load_dir(args.model)
+    from dsmath.runtime.precision import DTYPES
+
     trainer = trainer_mod.RLTrainer(cfg, policy, tok, train, Scorer("accuracy", args.mode, params.rewards,
-                                                                    params.sandbox), args.seed)
+                                                                    params.sandbox), args.seed,
+                                    dtype=DTYPES[args.dtype])
     phases = Phases()
     time_backward_and_optimizer(phases)
 
@@ -227,7 +230,8 @@ def run_trl(args) -> dict:
             max_completion_length=args.new_tokens, temperature=1.0, top_p=1.0, top_k=0, beta=args.beta,
             loss_type="grpo", scale_rewards="group", epsilon=cfg.clip_eps, learning_rate=cfg.lr,
             lr_scheduler_type="constant", warmup_steps=0, weight_decay=cfg.weight_decay,
-            max_grad_norm=cfg.max_grad_norm, use_cpu=True, bf16=False, fp16=False, report_to="none", logging_steps=1,
+            max_grad_norm=cfg.max_grad_norm, use_cpu=True, bf16=args.dtype == "bfloat16", fp16=False, report_to="none",
+            logging_steps=1,
             save_strategy="no", shuffle_dataset=False, seed=args.seed, dataloader_num_workers=0, disable_dropout=True,
             log_completions=False,
         )
@@ -275,7 +279,7 @@ def measure(side: str, args, python: Path) -> dict:
         cmd = [str(python), __file__, "--side", side, "--result", f.name, "--model", args.model, "--mode", args.mode,
                "--questions", str(args.questions), "--group", str(args.group), "--new-tokens", str(args.new_tokens),
                "--beta", str(args.beta), "--steps", str(args.steps), "--seed", str(args.seed),
-               "--threads", str(args.threads), "--train-buckets", str(args.train_buckets)]
+               "--threads", str(args.threads), "--train-buckets", str(args.train_buckets), "--dtype", args.dtype]
         env = os.environ | {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": str(args.threads),
                             "TOKENIZERS_PARALLELISM": "false"}
         subprocess.run(cmd + (["--skip-zero-advantage"] if side == "dsmath-skip" else []), check=True, env=env,
@@ -295,6 +299,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="compute precision of both sides (dsmath: autocast; TRL: bf16=True), weights float32")
     ap.add_argument("--trl", default="1.16.0", help="the TRL version to install into benchmarks/.venv-trl")
     ap.add_argument("--skip-zero-advantage", action="store_true",
                     help="as a worker: dsmath with rl.skip_zero_advantage; as the driver: add that side too")

@@ -124,7 +124,7 @@ def test_same_params_same_seed_identical_weights(chain, tmp_path, monkeypatch):
 def test_dtype_auto_is_float32_without_native_bf16_and_bf16_with_it(chain, tmp_path, monkeypatch, cpu_bf16):
     """`common.dtype: auto` on a CPU without native bf16 trains the very weights float32 trains; on one with it
     (the CPU's flags stand in for the machine) it trains in bf16: other weights, `bf16` in the metrics and the
-    `dsmath.dtype` tag on the MLflow run."""
+    `dsmath.dtype` tag on the MLflow run, and the same weights again when run again."""
     import mlflow
 
     from dsmath.runtime import precision
@@ -138,16 +138,19 @@ def test_dtype_auto_is_float32_without_native_bf16_and_bf16_with_it(chain, tmp_p
 
     AcceleratorState._reset_state()  # one precision per process in a stage; this test process trains in two
     params = write_params(tmp_path, smoke_params(tmp_path, **{"common.dtype": "auto"}))
+    digests = []
     try:
-        run_stage(base.main, ["--params", str(params)])
+        for _ in range(2 if cpu_bf16 else 1):  # bf16: twice, for determinism by seed in that precision too
+            run_stage(base.main, ["--params", str(params)])
+            digests.append(weights_digest(tmp_path / "models" / "base"))
     finally:
         AcceleratorState._reset_state()
-    same = weights_digest(tmp_path / "models" / "base") == weights_digest(chain / "models" / "base")
-    assert same is not cpu_bf16
+    assert (digests[0] == weights_digest(chain / "models" / "base")) is not cpu_bf16
+    assert len(set(digests)) == 1
     assert _metrics(tmp_path, "base")["bf16"] == float(cpu_bf16) and _metrics(chain, "base")["bf16"] == 0.0
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
-    (run,) = client.search_runs([client.get_experiment_by_name("dsmath-test").experiment_id])
-    assert run.data.tags["dsmath.dtype"] == ("bfloat16" if cpu_bf16 else "float32")
+    runs = client.search_runs([client.get_experiment_by_name("dsmath-test").experiment_id])
+    assert [r.data.tags["dsmath.dtype"] for r in runs] == ["bfloat16" if cpu_bf16 else "float32"] * len(digests)
 
 
 def _pretrain_cmd(tmp: Path, **overrides) -> list[str]:
