@@ -68,7 +68,7 @@ def workspace(chain: Path, tmp: Path, stage: str, dtype: str, base_params: Path)
     (ws / "models").mkdir(parents=True)
     (ws / "data").symlink_to(chain / "data")
     for model in ("tokenizer", "base", "pretrain", "sft"):
-        if (chain / "models" / model).exists():
+        if (chain / "models" / model).exists() and model != stage:  # a training stage writes its own
             (ws / "models" / model).symlink_to(chain / "models" / model)
     raw = yaml.safe_load(base_params.read_text())
     for dotted, value in STAGES[stage][1].items():

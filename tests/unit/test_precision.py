@@ -63,11 +63,13 @@ def test_stage_dtype_reads_the_machine(monkeypatch):
     common = load_params("params.yaml").common
     auto = common.model_copy(update={"dtype": "auto"})
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2"}))
-    assert precision.stage_dtype(auto, "rl@1234", "cpu") == "float32"
+    assert precision.stage_dtype(auto, "sft", "cpu") == "float32"
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16"}))
-    assert precision.stage_dtype(auto, "rl@1234", "cpu") == "bfloat16"
-    assert precision.stage_torch_dtype(auto, "evaluate@sft", "cpu") is torch.bfloat16
-    assert precision.stage_dtype(common, "rl@1234", "cpu") == "float32"  # the default: float32 everywhere
+    assert precision.stage_dtype(auto, "sft", "cpu") == "bfloat16"
+    assert precision.stage_torch_dtype(auto, "pretrain", "cpu") is torch.bfloat16
+    everywhere = auto.model_copy(update={"auto_bf16": list(precision.STAGES)})
+    assert precision.stage_torch_dtype(everywhere, "evaluate@sft", "cpu") is torch.bfloat16
+    assert precision.stage_dtype(common, "sft", "cpu") == "float32"  # the default: float32 everywhere
 
 
 def test_params_refuse_an_unknown_stage_in_auto_bf16(tmp_path):

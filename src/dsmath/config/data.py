@@ -48,8 +48,8 @@ class Common(Section):
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"  # compute precision (autocast); weights stay
     # float32. auto: bf16 where the device computes it natively (dsmath.runtime.precision), float32 elsewhere
-    auto_bf16: list[TorchStage] = ["base", "pretrain", "sft", "rl", "evaluate"]
-    # the stages that auto runs in bf16 on a CPU with native bf16 (a CUDA GPU with bf16: every stage)
+    auto_bf16: list[TorchStage] = ["base", "pretrain", "sft"]
+    # the stages that auto runs in bf16 on a CPU with native bf16 (measured faster there; a CUDA GPU: every stage)
     num_threads: NonNegInt = 2  # torch intra-op threads of each process; 0 = library default
     processes: PosInt = 1  # local worker processes of each torch stage (base, pretrain, sft, rl, evaluate): the
     # stage launches itself over them (torch.distributed.run, gloo on CPU); 1 = one plain process
