@@ -27,12 +27,20 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_the_default_study_declares_every_comparison_and_validates():
     study = load_study(ROOT / "configs" / "study.yaml", ROOT / "params.yaml")
     assert len(study.seeds) >= 2
-    for v in ("rft", "online_rft", "grpo", "grpo_process", "grpo_cot", "grpo_process_cot", "grpo_iterative", "ppo",
-              "no_math_pretrain", "r1_zero", "dr_grpo", "dapo", "gspo", "rloo"):
+    for v in ("rft", "online_rft", "grpo", "grpo_process", "grpo_iterative", "ppo", "no_math_pretrain", "r1_zero",
+              "grpo_tool", "random_reward", "format_only", "dr_grpo", "rloo", "grpo_mu2", "gspo", "dapo"):
         assert v in study.variants, v
     assert len(study.runs()) == len(study.variants) * len(study.seeds)
     p = variant_params(study, "r1_zero", 1235, ROOT / "params.yaml")
     assert (p.rl.init, p.rl.mode, p.common.rl_seeds) == ("pretrain", "cot", [1235])
+    for v in ("gspo", "dapo"):  # the successors' off-policy arms differ from their mu-2 reference alone
+        assert variant_params(study, v, 1234, ROOT / "params.yaml").rl.mu == 2
+        assert study.variants["grpo_mu2"].overrides.items() <= study.variants[v].overrides.items()
+    assert {(f.a, f.b) for f in study.findings if f.a in ("gspo", "dapo")} == {("gspo", "grpo_mu2"),
+                                                                             ("dapo", "grpo_mu2")}
+    assert not variant_params(study, "dapo", 1234, ROOT / "params.yaml").rl.dynamic_sampling  # equal samples
+    assert any(f.metric == "passk@k" for f in study.findings)  # Fig. 7 at k = 64
+    assert variant_params(study, "grpo", 1234, ROOT / "params.yaml").evaluate.passk_samples >= 64
     assert p.rl.steps == study.shared["rl.steps"]
     ref = variant_params(study, "grpo", 1234, ROOT / "params.yaml")
     assert ref.rl.algorithm == "grpo" and ref.sft.init == "pretrain"
@@ -260,6 +268,23 @@ def test_findings_compare_like_with_like():
     row = stats.finding_row(f, results)  # maj@k: the largest k sampled (8), against x's own SFT model
     assert row["mode"] == "tool" and row["n_seeds"] == 1 and row["diff"] == pytest.approx(1.0)
     assert row["paired_se"] == 0.0 and row["verdict"] == "holds"  # every problem moved from wrong to right
+
+
+def test_passk_at_large_k_is_its_own_finding_metric_blocked_on_the_seed():
+    """Fig. 7 at k = 64: `passk@k` reads the subset's pass@k at its largest k (not the n_samples' pass@8); no
+    per-problem table holds it, so its SE is the seeds' alone. By hand: RL passk@64 (0.90, 0.86), the SFT models'
+    (0.92, 0.92): d_s = (-0.02, -0.06), mean -0.04, sd 0.028284, SE 0.02 on 1 df."""
+    results = {"x": {}}
+    for seed, rl64 in ((1, 0.90), (2, 0.86)):
+        rec = _record([1, 0], [0, 0], 1.0, maj=[1, 1])
+        rec["eval"] |= {"synthetic/tool/passk@1": 0.6, "synthetic/tool/passk@16": 0.8, "synthetic/tool/passk@64": rl64}
+        rec["sft_eval"] |= {"synthetic/tool/passk@1": 0.5, "synthetic/tool/passk@64": 0.92}
+        results["x"][seed] = rec
+    assert stats.metric_of(results["x"][1], "passk@k", "tool") == 0.90
+    assert stats.metric_of(results["x"][1], "pass@k", "tool") == 1.0  # the n_samples' pass@8, unchanged
+    row = stats.finding_row(Finding(claim="c", source="s", a="x", b="sft", metric="passk@k", expect="same"), results)
+    assert row["diff"] == pytest.approx(-0.04) and row["se"] == pytest.approx(0.02) and row["df"] == 1
+    assert row["paired_se"] is None and row["se_kind"] == "seeds"
 
 
 def test_the_scalerl_fit_recovers_a_known_curve():

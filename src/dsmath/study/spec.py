@@ -20,7 +20,9 @@ import yaml
 
 from dsmath.config import Params, ParamsError, load_raw, merge, parse_params
 
-FINDING_METRICS = ("greedy", "maj@k", "pass@k", "s_per_step", "peak_rss_mb", "trainer_state_mb")  # k: the largest
+FINDING_METRICS = ("greedy", "maj@k", "pass@k", "passk@k", "s_per_step", "peak_rss_mb", "trainer_state_mb")
+# k: the largest; maj@k / pass@k over the n_samples of every test problem, passk@k the large-k pass@k of the subset
+# (evaluate.passk_problems x passk_samples: Fig. 7 at k = 64)
 
 
 @dataclass(frozen=True)

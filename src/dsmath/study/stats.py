@@ -14,17 +14,19 @@ ALPHA, POWER = 0.05, 0.80  # two-sided level and power of the minimum detectable
 COST_METRICS = {"s_per_step": "s/step", "peak_rss_mb": "peak RSS (MB)", "trainer_state_mb": "trainer state (MB)"}
 
 
-def k_max(result: dict, mode: str) -> int | None:
-    ks = [int(k.rsplit("@", 1)[1]) for k in result["eval"] if k.startswith(f"synthetic/{mode}/maj@")]
+def k_max(result: dict, mode: str, kind: str = "maj") -> int | None:
+    """The largest k of a run's `kind`@k metrics (maj / pass: the n_samples draws; passk: the large-k subset)."""
+    ks = [int(k.rsplit("@", 1)[1]) for k in result["eval"] if k.startswith(f"synthetic/{mode}/{kind}@")]
     return max(ks) if ks else None
 
 
 def metric_of(result: dict, metric: str, mode: str, model: str = "rl") -> float | None:
-    """A run's value of `metric` (greedy | maj@8 | pass@8 | a cost) on the synthetic test split in `mode`."""
+    """A run's value of `metric` (greedy | maj@8 | pass@8 | passk@64 | a cost; maj@k, pass@k, passk@k at the
+    largest k) on the synthetic test split in `mode`."""
     if metric in COST_METRICS:
         return result["rl"].get(metric)
     if metric.endswith("@k"):
-        k = k_max(result, mode)
+        k = k_max(result, mode, "passk" if metric == "passk@k" else "maj")
         if k is None:
             return None
         metric = f"{metric[:-2]}@{k}"
