@@ -13,6 +13,9 @@ of the runs alone, and the same figures and tables as artefacts of the study's M
   (:mod:`dsmath.study.fits`), asymptote A and efficiency B with bootstrap intervals over seeds;
 - the records: the commit(s) each variant's records come from, and which were made by other code than the
   workspace's (stale: `make study` runs them again).
+
+This module turns the records into rows and writes the files; the text is :mod:`dsmath.study.markdown`'s, the
+figures :mod:`dsmath.study.figures`'.
 """
 
 from __future__ import annotations
@@ -22,23 +25,19 @@ import json
 import shutil
 from pathlib import Path
 
-from dsmath.reporting.paper import fmt, sd
+from dsmath.reporting.paper import sd
 from dsmath.study import fits
+from dsmath.study.figures import plot_k, plot_val_curves, val_points
+from dsmath.study.markdown import render
 from dsmath.study.spec import Study, variant_params
 from dsmath.study.stats import (
-    ALPHA,
     COST_METRICS,
-    POWER,
     finding_row,
     k_max,
-    mde,
     mean,
     metric_of,
     paired_difference,
-    seeds_needed,
 )
-
-UNITS = {"s_per_step": "s/step", "peak_rss_mb": "MB", "trainer_state_mb": "MB"}  # accuracies: points
 
 
 def load_results(study: Study) -> dict[str, dict[int, dict]]:
@@ -134,15 +133,6 @@ def curve_rows(results: dict[str, dict[int, dict]]) -> list[dict]:
     return rows
 
 
-def val_points(rows: list[dict], variant: str) -> dict[int, list[float]]:
-    """{RL step: held-out greedy accuracy of each seed} of one variant, steps in order."""
-    by: dict[int, list[float]] = {}
-    for r in rows:
-        if r["variant"] == variant and r["val_greedy_acc"] is not None:
-            by.setdefault(r["step"], []).append(r["val_greedy_acc"])
-    return dict(sorted(by.items()))
-
-
 def write_val_curves(rows: list[dict], out_dir: Path) -> None:
     """One CSV per variant, `step,val_greedy_acc` (mean over seeds): the DVC plot of dvc.yaml's top-level `plots`."""
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -172,248 +162,12 @@ def k_rows(results: dict[str, dict[int, dict]]) -> list[dict]:
     return rows
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_val_curves(rows: list[dict], variants: list[str], labels: dict[str, str], title: str):
-    """Held-out greedy accuracy against RL step, mean over seeds (the band: min to max)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for v in variants:
-        by = {s: [100 * x for x in accs] for s, accs in val_points(rows, v).items()}
-        steps = list(by)
-        if not steps:
-            continue
-        ax.plot(steps, [sum(by[s]) / len(by[s]) for s in steps], marker="o", label=labels.get(v, v))
-        ax.fill_between(steps, [min(by[s]) for s in steps], [max(by[s]) for s in steps], alpha=0.15)
-    ax.set_xlabel("RL step")
-    ax.set_ylabel("held-out greedy accuracy (%)")
-    ax.set_title(title)
-    if ax.get_lines():
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def plot_k(rows: list[dict], variants: list[str], labels: dict[str, str]):
-    """maj@k and pass@k against k per variant, the SFT models dashed (Fig. 7)."""
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    sft_drawn = set()
-    for v in variants:
-        for model in ("rl", "sft"):
-            pts = sorted((r for r in rows if r["variant"] == v and r["model"] == model), key=lambda r: r["k"])
-            if not pts:
-                continue
-            key = (model, pts[0]["mode"], tuple(round(r["pass_at_k"] or 0, 6) for r in pts))
-            if model == "sft" and key in sft_drawn:
-                continue  # variants sharing one SFT model draw it once
-            sft_drawn.add(key)
-            label = labels.get(v, v) if model == "rl" else f"SFT model, {pts[0]['mode']} ({pts[0]['sft_from']})"
-            style = "-" if model == "rl" else "--"
-            for ax, col in zip(axes, ("pass_at_k", "maj_at_k"), strict=True):
-                ax.plot([r["k"] for r in pts], [100 * (r[col] or 0) for r in pts], style, marker="o", label=label)
-    for ax, title in zip(axes, ("pass@k", "maj@k"), strict=True):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("k")
-        ax.set_ylabel("accuracy (%)")
-        ax.set_title(f"{title}, synthetic test")
-    if axes[1].get_lines():
-        axes[1].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
 def write_csv(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["variant"])
         w.writeheader()
         w.writerows(rows)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# the markdown
-
-
-def pct_sd(pair: tuple[float | None, float] | None) -> str:
-    if not pair or pair[0] is None:
-        return "-"
-    m, s = pair
-    return fmt(m) if s != s else f"{fmt(m)} ± {100 * s:.1f}"
-
-
-def num(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None or x != x else f"{x:.{digits}f}"
-
-
-def _scaled(x: float | None, scale: float, signed: bool = False) -> str:
-    return "-" if x is None or x != x else f"{scale * x:+.2f}" if signed else f"{scale * x:.2f}"
-
-
-def _override_text(overrides: dict) -> str:
-    return ", ".join(f"`{k}={json.dumps(v)}`" for k, v in overrides.items()) or "(none: the reference)"
-
-
-def _mde_text(x: float | None, metric: str) -> str:
-    if x is None:
-        return "MDE -"
-    if metric in COST_METRICS:
-        return f"MDE {x:.2f} {UNITS[metric]}"
-    return f"MDE {100 * x:.1f} points"
-
-
-def _ci(x: float | None, ci: tuple[float, float] | None, scale: float = 1.0, digits: int = 2) -> str:
-    if x is None:
-        return "-"
-    text = f"{scale * x:.{digits}f}"
-    return text + (f" [{scale * ci[0]:.{digits}f}, {scale * ci[1]:.{digits}f}]" if ci else "")
-
-
-def findings_section(study: Study, findings: list[dict]) -> list[str]:
-    """The findings: the rule, how the SE and the MDE are made, and one row per claim."""
-    from scipy.stats import t
-
-    n = len(study.seeds)
-    lines = ["## Findings", "",
-             "Rule: the claimed direction exceeds the other by more than 2 standard errors -> **holds**; the opposite "
-             "by more than 2 -> **does not hold**; else **inconclusive**. A claim of no difference: more than 2 SE "
-             "apart -> **does not hold**; the interval difference ± 2 SE inside "
-             f"±{_scaled(study.equivalence_margin, 100.0)} points -> **holds**; else **inconclusive**.", "",
-             "The comparison is blocked on the seed: a seed is the same prompt order and sampling stream in both "
-             "arms, so for each seed s both have, d_s = a(s) - b(s) (against the SFT model: a's run minus the SFT "
-             "model it started from). Difference = mean d_s; SE = sd(d_s) / sqrt(n) on df = n - 1 (SE kind "
-             "*seeds*). Only the two arms enter it: no other variant's seed variance. Each seed's accuracy already "
-             "holds the noise of its test problems, so the paired SE over problems of one seed's difference (root "
-             "mean square over the seeds) is shown beside it, not added to it; with one seed it is the SE (kind "
-             "*problems (1 seed)*, df = the normal's). Costs have no per-problem error.", "",
-             f"MDE: the true difference a two-sided test at level {ALPHA:g} detects with {POWER:.0%} power, "
-             "(t_{0.975,df} + t_{0.80,df}) x SE (normal quantiles without df). Few seeds cost much: with df = 1 "
-             f"it is {mde(1.0, 1):.1f} SE, with df = 4 {mde(1.0, 4):.1f} SE. "
-             "The 2-SE rule does not widen with few df" + (
-                 f": with {n} seeds a difference of zero passes it {2 * t.sf(2, n - 1):.0%} of the time"
-                 if n >= 2 else "") + "; read a verdict together with its MDE."]
-    if study.pilot_sd is not None:
-        sd_d = study.pilot_sd / 100
-        planned = mde(sd_d / n ** 0.5, n - 1) if n >= 2 else None
-        need = seeds_needed(sd_d, study.equivalence_margin)
-        lines += ["", f"Planned (study file `pilot_sd`: a pilot's sd of per-seed paired differences, "
-                  f"{study.pilot_sd:g} points): {n} seeds give an MDE of "
-                  f"{'-' if planned is None else f'{100 * planned:.1f}'} points; an MDE of the equivalence margin "
-                  f"({100 * study.equivalence_margin:g} points) needs {need or 'more than 10,000'} seeds. The column "
-                  "*planned MDE* is the one the seeds a finding has give."]
-    lines += ["", "| paper's claim | source | comparison | difference | seeds | sd of d_s | SE (kind, df) "
-              "| paired SE over problems (one seed) | MDE | planned MDE | verdict |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for row in findings:
-        f = row["finding"]
-        if row["verdict"] == "not run":
-            lines.append(f"| {f.claim} | {f.source} | {f.a} vs {f.b} | - | - | - | - | - | - | - | not run |")
-            continue
-        scale = 1.0 if f.metric in COST_METRICS else 100.0
-        unit = f" {UNITS[f.metric]}" if f.metric in COST_METRICS else " pts"
-        kind = row.get("se_kind") or "none"
-        se = "-" if row["se"] is None else (
-            f"{_scaled(row['se'], scale)} ({kind}" + (f", df {row['df']})" if row.get("df") else ")"))
-        lines.append(f"| {f.claim} | {f.source} | {f.a} - {f.b}, {f.metric} ({row.get('mode')}) | "
-                     f"{_scaled(row['diff'], scale, True)}{unit} | {row['n_seeds']} | "
-                     f"{_scaled(row['sd_seeds'], scale)} | {se} | {_scaled(row['paired_se'], scale)} | "
-                     f"{_scaled(row['mde'], scale)} | {_scaled(row.get('planned_mde'), scale)} | "
-                     f"**{row['verdict']}** ({_mde_text(row['mde'], f.metric)}) |")
-    return lines
-
-
-def fits_section(fit: list[dict]) -> list[str]:
-    """ScaleRL's compute curves: one table per rollout mode."""
-    if not fit:
-        return []
-    lines = ["## Compute curves (ScaleRL's sigmoid)", "",
-             "Held-out greedy accuracy R against RL samples C (step x prompts per step x group size; DAPO's dynamic "
-             "sampling draws more than that) fitted per variant on the seed-mean curve as "
-             "R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) (Khatri et al. 2025, arXiv 2510.13786): R0 the start value, "
-             "A the asymptote, B the efficiency exponent, C_mid the samples at which half of A - R0 is reached "
-             "(least squares, 0 <= A <= 1, B > 0, C_mid > 0). Intervals: 2.5 and 97.5 percentiles of "
-             f"{fits.BOOTSTRAP_RESAMPLES} refits on seeds resampled with replacement (fixed seed; with few seeds "
-             "there are few distinct resamples). Accuracies in percent."]
-    for mode in dict.fromkeys(r["mode"] for r in fit):
-        lines += ["", f"Mode {mode}:", "",
-                  "| variant | seeds | points | R0 | A [95%] | B [95%] | C_mid (samples) | fit rmse | note |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for r in (x for x in fit if x["mode"] == mode):
-            lines.append(f"| {r['variant']} | {r['n_seeds']} | {r['points']} | {fmt(r['R0'])} | "
-                         f"{_ci(r['A'], r['A_ci'], 100.0, 1)} | {_ci(r['B'], r['B_ci'])} | "
-                         f"{'-' if r['C_mid'] is None else format(r['C_mid'], '.3g')} | "
-                         f"{_scaled(r['rmse'], 100.0)} | {r['note'] or '-'} |")
-    return lines
-
-
-def code_section(code: list[dict]) -> list[str]:
-    """The commit(s) each variant's records come from and whether the code they depend on is the workspace's."""
-    if not code:
-        return []
-    stale = sum(len(r["stale"]) for r in code)
-    total = sum(len(r["seeds"]) for r in code)
-    lines = ["## Records and code", "",
-             "A record's key holds the hash of the code its run depends on (the code deps dvc.yaml lists for every "
-             "stage the study's targets reach); a record made by other code than the workspace's is **stale**: it "
-             f"is reported, and the next `make study` runs it again. {stale} of {total} records are stale.", "",
-             "| variant | seeds | commit(s) | code key(s) of the records | code key now | status |",
-             "|---|---|---|---|---|---|"]
-    for r in code:
-        if not r["stale"]:
-            status = "current"
-        elif r["no_key"] and len(r["no_key"]) == len(r["stale"]):
-            status = f"**stale** (seeds {', '.join(map(str, r['stale']))}: recorded before code keys)"
-        else:
-            status = f"**stale** (seeds {', '.join(map(str, r['stale']))}: the code changed since)"
-        lines.append(f"| {r['variant']} | {', '.join(map(str, r['seeds']))} | {', '.join(r['commits'])} | "
-                     f"{', '.join(r['code_keys'])} | {', '.join(r['code_now'])} | {status} |")
-    return lines
-
-
-def render(study: Study, rows: list[dict], findings: list[dict], figures: dict[str, str], results: dict,
-           report_dir: Path, fit: list[dict] | None = None, code: list[dict] | None = None) -> str:
-    runs = [r for v in results.values() for r in v.values()]
-    wall = sum(r.get("wall_s", 0.0) for r in runs)
-    gflops = sorted({r.get("matmul_gflops") for r in runs if r.get("matmul_gflops")})
-    n_test = sorted({len(t["id"]) for r in runs for t in r["problems"]["rl"].values()})
-    lines = [f"# Study `{study.name}`: DeepSeekMath's comparisons at laptop scale", "",
-             f"Generated by `python -m dsmath.study report` from the run records in `{study.results}/runs/` "
-             f"(study file `{study.path}`). {len(runs)} runs ({len(results)} variants x seeds "
-             f"{', '.join(map(str, study.seeds))}); their wall times add up to {wall / 60:.1f} min on a "
-             f"machine whose fp32 2048² matmul runs at {', '.join(f'{g:.0f}' for g in gflops) or '?'} GFLOP/s "
-             f"(the shared chain, built once before the runs, not included; runs side by side count each their own).",
-             "", "## What was held fixed", "",
-             "Every variant is params.yaml plus the study's shared overrides plus its own; it differs from the "
-             "reference only in the keys listed for it. Shared overrides (the study's scale):", "",
-             _override_text(study.shared), "",
-             f"The test split ({' / '.join(map(str, n_test)) or '?'} synthetic problems) is only read by the "
-             "evaluate stages; nothing in the study is tuned on it. Uncertainty: sd across seeds; differences "
-             "are blocked on the seed (see Findings).", "",
-             "## Variants", "",
-             "| variant | mode | changes | greedy | maj@k | pass@k | gain over SFT (SE) | s/step | peak RSS MB "
-             "| trainer state MB |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        k = r["k"]
-        gain = "-" if r["gain"] is None else f"{100 * r['gain']:+.1f} ({fmt(r['gain_se'])})"
-        lines.append(f"| {r['variant']} ({r['label']}) | {r['mode']} | {_override_text(r['overrides'])} | "
-                     f"{pct_sd(r['greedy'])} | {pct_sd(r.get(f'maj@{k}'))} | {pct_sd(r.get(f'pass@{k}'))} | {gain} | "
-                     f"{num(r['s_per_step'], 2)} | {num(r['peak_rss_mb'], 0)} | {num(r['trainer_state_mb'], 1)} |")
-    lines += ["", "Accuracies in percent on the synthetic test split in the variant's rollout mode (mean ± sd over "
-              "seeds); k = the samples drawn per problem (maj@k votes over them, pass@k: any is right). Each variant's "
-              "SFT model (the one it started from) is evaluated alike: "
-              + "; ".join(f"{r['variant']} {fmt(r['sft_greedy'])}" for r in rows) + ".", "",
-              *findings_section(study, findings), "", *fits_section(fit or []), "", *code_section(code or [])]
-    lines += ["", "## Figures", ""]
-    for name, path in figures.items():
-        lines += [f"![{name}]({Path(path).relative_to(report_dir).as_posix()})", ""]
-    return "\n".join(lines) + "\n"
 
 
 def build_study_report(study: Study, parent=None) -> dict:
