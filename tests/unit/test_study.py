@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from study_records import record as _record
 
 from dsmath.config import ParamsError
 from dsmath.study import report as sr
@@ -102,100 +103,6 @@ def test_override_values_in_dvcs_grammar():
         "dvc", "exp", "run", "-n", "n", "-S", "rl.beta=0", "-S", "rl.mode=cot", "evaluate@rl"]
 
 
-def _record(greedy: list[int], sft: list[int], s_per_step: float, maj: list[int] | None = None) -> dict:
-    ids = [f"p{i}" for i in range(len(greedy))]
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    rl_table = {"id": ids, "greedy": greedy} | ({"maj": maj, "pass": maj} if maj else {})
-    ev = {"synthetic/tool/greedy": mean(greedy)} | ({"synthetic/tool/maj@8": mean(maj),
-                                                     "synthetic/tool/pass@8": mean(maj)} if maj else {})
-    sft_ev = {"synthetic/tool/greedy": mean(sft)} | ({"synthetic/tool/maj@8": mean(sft),
-                                                     "synthetic/tool/pass@8": mean(sft)} if maj else {})
-    sft_table = {"id": ids, "greedy": sft} | ({"maj": sft, "pass": sft} if maj else {})
-    return {"mode": "tool", "eval": ev, "sft_eval": sft_ev,
-            "rl": {"s_per_step": s_per_step, "peak_rss_mb": 100.0, "trainer_state_mb": 5.0},
-            "problems": {"rl": {"tool": rl_table}, "sft": {"tool": sft_table}}, "curve": []}
-
-
-def test_paired_difference_by_hand():
-    a = {1: _record([1, 1, 0, 1], [0, 1, 0, 0], 2.0), 2: _record([1, 0, 0, 1], [0, 1, 0, 0], 2.2)}
-    b = {1: _record([0, 1, 0, 1], [0, 1, 0, 0], 3.0), 2: _record([0, 0, 1, 1], [0, 1, 0, 0], 3.4)}
-    d = stats.paired_difference(a, b, "greedy", "tool")
-    # blocked on the seed: d_s = 0.75 - 0.5 = 0.25 and 0.5 - 0.5 = 0; sd 0.25 / sqrt(2) = 0.176777, SE sd / sqrt(2)
-    assert d["diff"] == pytest.approx(0.125) and d["sd_seeds"] == pytest.approx(0.1767767)
-    assert d["se"] == pytest.approx(0.125) and d["df"] == 1 and d["se_kind"] == "seeds"
-    # one seed's problem noise, beside it (not added): seed 1 per-problem diffs (1, 0, 0, 0): var 0.25, SE 0.25;
-    # seed 2 (1, 0, -1, 0): var 2/3, SE sqrt(1/6); root mean square sqrt((1/16 + 1/6) / 2) = 0.338502
-    assert d["paired_se"] == pytest.approx(0.338502, abs=1e-6) and d["n_problems"] == 4
-    cost = stats.paired_difference(a, b, "s_per_step", "tool")  # d_s = -1.0, -1.2: SE 0.1
-    assert cost["diff"] == pytest.approx(-1.1) and cost["paired_se"] is None and cost["se"] == pytest.approx(0.1)
-    gain = stats.paired_difference(a, {}, "greedy", "tool", b_model="sft")  # against each run's own SFT model
-    assert gain["diff"] == pytest.approx((0.5 + 0.25) / 2)
-
-
-def test_verdict_rule():
-    assert stats.verdict(0.05, 0.02) == "holds" and stats.verdict(0.03, 0.02) == "inconclusive"
-    assert stats.verdict(-0.05, 0.02) == "does not hold" and stats.verdict(None, 0.02) == "inconclusive"
-    assert stats.verdict(-1.0, 0.1, lower_is_better=True) == "holds"
-    # no difference claimed: shown only when the whole 2-SE interval lies within the margin
-    assert stats.verdict(0.05, 0.02, expect="same") == "does not hold"
-    assert stats.verdict(0.005, 0.005, expect="same", margin=0.02) == "holds"  # |d| + 2 SE = 0.015
-    assert stats.verdict(0.01, 0.02, expect="same", margin=0.02) == "inconclusive"  # 0.05: too uncertain to tell
-    # few seeds: the bar is Student's t_{0.975, df}, not 2 (df 1: 12.706; df 6: 2.447)
-    assert stats.verdict(0.05, 0.02, df=1) == "inconclusive" and stats.verdict(0.26, 0.02, df=1) == "holds"
-    assert stats.verdict(0.048, 0.02, df=6) == "inconclusive" and stats.verdict(0.05, 0.02, df=6) == "holds"
-    assert stats.verdict(0.05, 0.02, df=1000) == "holds"
-
-
-def test_a_finding_is_blocked_on_the_seed_of_its_two_arms_alone():
-    # greedy per seed: x (1.0, .75), y (.5, .5): d_s = (.5, .25), mean .375, sd .176777, SE .125 on 1 df
-    results = {"x": {1: _record([1, 1, 1, 1], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 0], [0, 0, 0, 0], 1.0)},
-               "y": {1: _record([1, 1, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([0, 0, 1, 1], [0, 0, 0, 0], 1.0)},
-               "z": {1: _record([1, 0, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 0], [0, 0, 0, 0], 1.0)}}
-    row = stats.finding_row(Finding(claim="c", source="s", a="x", b="y"), results)
-    assert row["diff"] == pytest.approx(0.375) and row["se"] == pytest.approx(0.125) and row["df"] == 1
-    assert row["mde"] == pytest.approx((12.7062 + 1.3764) * 0.125, abs=1e-3)  # t_.975,1 + t_.80,1
-    assert row["verdict"] == "inconclusive"  # 3 SE, but below t_.975,1 x 0.125 = 1.59 (2 seeds: df 1)
-    noisy_z = results | {"z": {1: _record([0, 0, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 1], [0] * 4, 1.0)}}
-    assert stats.finding_row(Finding(claim="c", source="s", a="x", b="y"), noisy_z)["se"] == row["se"]  # no pooling
-    vs_sft = stats.finding_row(Finding(claim="c", source="s", a="x", b="sft"), results)
-    assert vs_sft["diff"] == pytest.approx(0.875) and vs_sft["se"] == pytest.approx(0.125)  # d_s = (1, .75)
-    cost = stats.finding_row(Finding(claim="c", source="s", a="x", b="y", metric="s_per_step"), results)
-    assert cost["se"] == pytest.approx(0.0) and cost["paired_se"] is None  # costs: the pair's own d_s
-
-
-def test_seed_blocked_se_and_mde_by_hand():
-    r = stats.seed_blocked([0.02, 0.04, 0.03])  # mean 0.03, sd 0.01, SE 0.01 / sqrt(3) = 0.005774 on 2 df
-    assert r["diff"] == pytest.approx(0.03) and r["sd"] == pytest.approx(0.01)
-    assert r["se"] == pytest.approx(0.005774, abs=1e-6) and r["df"] == 2
-    assert stats.mde(r["se"], r["df"]) == pytest.approx((4.3027 + 1.0607) * 0.005774, abs=1e-4)  # 0.03097
-    assert stats.mde(r["se"], r["df"]) == pytest.approx(0.03097, abs=1e-5)
-    assert stats.mde(0.01) == pytest.approx((1.95996 + 0.84162) * 0.01, abs=1e-6)  # no df: the normal
-    assert stats.mde(0.01, float("inf")) == pytest.approx(stats.mde(0.01))
-    assert stats.mde(None) is None and stats.seed_blocked([0.02])["se"] is None
-
-
-def test_seeds_needed_by_hand():
-    # sd of d_s 1.6 points, target MDE 2 points: n = 7 gives (2.4469 + 0.9057) x 0.016 / sqrt(7) = 0.020275 > 0.02,
-    # n = 8 gives (2.3646 + 0.8960) x 0.016 / sqrt(8) = 0.018445
-    assert stats.seeds_needed(0.016, 0.02) == 8
-    assert stats.mde(0.016 / math.sqrt(7), 6) == pytest.approx(0.020275, abs=1e-5)
-    # a large target: n = 2 already gives (12.7062 + 1.3764) x 0.01 / sqrt(2) = 0.09958
-    assert stats.seeds_needed(0.01, 0.1) == 2 and stats.seeds_needed(0.01, 0.099) == 3
-    assert stats.seeds_needed(0.0, 0.01) == 2 and stats.seeds_needed(1.0, 1e-6, max_n=50) is None
-
-
-def test_one_seed_falls_back_to_the_paired_se_over_problems():
-    a = {1: _record([1, 1, 0, 1], [0, 1, 0, 0], 2.0)}
-    b = {1: _record([0, 1, 0, 1], [0, 1, 0, 0], 3.0), 2: _record([0, 0, 1, 1], [0, 1, 0, 0], 3.4)}
-    row = stats.finding_row(Finding(claim="c", source="s", a="a", b="b"), {"a": a, "b": b})
-    # one common seed: per-problem diffs (1, 0, 0, 0): SE sqrt(0.25 / 4) = 0.25, df None (the normal)
-    assert row["n_seeds"] == 1 and row["se_kind"] == "problems (1 seed)" and row["df"] is None
-    assert row["se"] == pytest.approx(0.25) and row["paired_se"] == pytest.approx(0.25)
-    assert row["mde"] == pytest.approx((1.95996 + 0.84162) * 0.25, abs=1e-5)
-    cost = stats.finding_row(Finding(claim="c", source="s", a="a", b="b", metric="s_per_step"), {"a": a, "b": b})
-    assert cost["se"] is None and cost["mde"] is None and cost["verdict"] == "inconclusive"
-
-
 def test_planned_mde_from_a_pilot_and_its_validation(tmp_path):
     results = {"x": {1: _record([1, 1, 1, 1], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 0], [0, 0, 0, 0], 1.0)},
                "y": {1: _record([1, 1, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([0, 0, 1, 1], [0, 0, 0, 0], 1.0)}}
@@ -260,73 +167,6 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
     assert dvc_plot[0] == "step,val_greedy_acc" and dvc_plot[1] == "0,0.5"
     assert dvc_plot[2].startswith("10,") and float(dvc_plot[2].split(",")[1]) == pytest.approx(0.65)
     assert not (tmp_path / "out" / "study" / "val_curves" / "ppo.csv").exists()  # no curve recorded
-
-
-def test_findings_compare_like_with_like():
-    f = Finding(claim="c", source="s", a="x", b="sft", metric="maj@k")
-    results = {"x": {1: _record([1, 0], [0, 0], 1.0, maj=[1, 1])}}
-    row = stats.finding_row(f, results)  # maj@k: the largest k sampled (8), against x's own SFT model
-    assert row["mode"] == "tool" and row["n_seeds"] == 1 and row["diff"] == pytest.approx(1.0)
-    assert row["paired_se"] == 0.0 and row["verdict"] == "holds"  # every problem moved from wrong to right
-
-
-def test_passk_at_large_k_is_its_own_finding_metric_blocked_on_the_seed():
-    """Fig. 7 at k = 64: `passk@k` reads the subset's pass@k at its largest k (not the n_samples' pass@8); no
-    per-problem table holds it, so its SE is the seeds' alone. By hand: RL passk@64 (0.90, 0.86), the SFT models'
-    (0.92, 0.92): d_s = (-0.02, -0.06), mean -0.04, sd 0.028284, SE 0.02 on 1 df."""
-    results = {"x": {}}
-    for seed, rl64 in ((1, 0.90), (2, 0.86)):
-        rec = _record([1, 0], [0, 0], 1.0, maj=[1, 1])
-        rec["eval"] |= {"synthetic/tool/passk@1": 0.6, "synthetic/tool/passk@16": 0.8, "synthetic/tool/passk@64": rl64}
-        rec["sft_eval"] |= {"synthetic/tool/passk@1": 0.5, "synthetic/tool/passk@64": 0.92}
-        results["x"][seed] = rec
-    assert stats.metric_of(results["x"][1], "passk@k", "tool") == 0.90
-    assert stats.metric_of(results["x"][1], "pass@k", "tool") == 1.0  # the n_samples' pass@8, unchanged
-    row = stats.finding_row(Finding(claim="c", source="s", a="x", b="sft", metric="passk@k", expect="same"), results)
-    assert row["diff"] == pytest.approx(-0.04) and row["se"] == pytest.approx(0.02) and row["df"] == 1
-    assert row["paired_se"] is None and row["se_kind"] == "seeds"
-
-
-def test_the_scalerl_fit_recovers_a_known_curve():
-    from dsmath.study import fits
-
-    a, b, c_mid, r0 = 0.72, 1.3, 900.0, 0.40
-    compute = [0.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0]
-    acc = [fits.sigmoid(c, a, b, c_mid, r0) for c in compute]
-    assert acc[0] == pytest.approx(r0)  # R(0) = R0: the start value
-    # by hand at C = C_mid: R0 + (A - R0) / 2 = 0.56
-    assert fits.sigmoid(c_mid, a, b, c_mid, r0) == pytest.approx(0.56)
-    fit = fits.fit_curve(compute, acc, r0=r0)
-    assert fit["A"] == pytest.approx(a, abs=1e-3) and fit["B"] == pytest.approx(b, abs=1e-3)
-    assert fit["C_mid"] == pytest.approx(c_mid, rel=1e-3) and fit["rmse"] < 1e-6
-    seeds = fits.fit_seeds([dict(zip(compute, acc, strict=True))] * 3)
-    assert seeds["R0"] == pytest.approx(r0) and seeds["A"] == pytest.approx(a, abs=1e-3)
-    assert seeds["A_ci"][0] == pytest.approx(a, abs=1e-3) and seeds["A_ci"][1] == pytest.approx(a, abs=1e-3)
-    short = fits.fit_seeds([{0.0: 0.4, 64.0: 0.5, 128.0: 0.55}])
-    assert short["A"] is None and short["note"] == "3 points (< 4): no fit"
-    assert fits.fit_seeds([{64.0: 0.5, 128.0: 0.55, 256.0: 0.6, 512.0: 0.6}])["note"].startswith("no start value")
-    assert fits.run_curve([{"step": 0.0, "val_greedy_acc": 0.5}, {"step": 1.0, "reward_mean": 0.2},
-                           {"step": 10.0, "val_greedy_acc": 0.6}], 64) == {0.0: 0.5, 640.0: 0.6}
-
-
-def test_the_bootstrap_over_seeds_brackets_the_truth():
-    from dsmath.study import fits
-
-    a, b, c_mid, r0 = 0.65, 1.0, 600.0, 0.50
-    compute = [0.0, 200.0, 400.0, 800.0, 1600.0, 3200.0]
-    truth = [fits.sigmoid(c, a, b, c_mid, r0) for c in compute]
-    # four seeds scattered around the truth (their mean is the truth): +-1 point, in opposite signs per step
-    signs = [(1, -1, 1, -1, 1), (-1, 1, -1, 1, -1), (1, 1, -1, -1, 1), (-1, -1, 1, 1, -1)]
-    curves = [{0.0: r0} | {c: y + 0.01 * s for c, y, s in zip(compute[1:], truth[1:], sg, strict=True)}
-              for sg in signs]
-    out = fits.fit_seeds(curves)
-    assert out["A"] == pytest.approx(a, abs=1e-3) and out["B"] == pytest.approx(b, abs=1e-3)  # the mean curve
-    assert out["boot_ok"] == fits.BOOTSTRAP_RESAMPLES
-    lo, hi = out["A_ci"]
-    assert lo < a < hi and hi - lo > 0.005
-    lo, hi = out["B_ci"]
-    assert lo < b < hi
-    assert fits.fit_seeds(curves) == out  # a fixed bootstrap seed: the same intervals every time
 
 
 def _code_tree(root: Path) -> None:
