@@ -1,8 +1,10 @@
-"""`python -m dsmath.study [run|report|list] [--study configs/study.yaml] [--variants a b] [--seeds 1234] [--jobs N]`.
+"""`python -m dsmath.study [run|report|list|health] [--study configs/study.yaml] [--variants a b] [--seeds 1234]
+[--jobs N]`.
 
 `run` (what `make study` calls) runs every variant x seed not run yet, each in a workspace of its own, `--jobs` at a
 time, then writes the report; `report` rewrites the report from the run records alone; `list` prints each variant's
-seeds and the `dvc exp run` that reproduces those to run by hand in the project.
+seeds and the `dvc exp run` that reproduces those to run by hand in the project; `health` gives records made
+without a health curve the one their RL run logged to the MLflow store (:mod:`dsmath.study.health`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m dsmath.study", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", nargs="?", default="run", choices=["run", "report", "list"])
+    parser.add_argument("command", nargs="?", default="run", choices=["run", "report", "list", "health"])
     parser.add_argument("--study", default="configs/study.yaml", help="the study file")
     parser.add_argument("--variants", nargs="*", default=None, help="run only these variants")
     parser.add_argument("--seeds", nargs="*", type=int, default=None, help="run only these seeds")
@@ -41,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
             cmd = runner.exp_command(study.exp_name(variant, todo), study.exp_overrides(variant, todo),
                                      study.targets, "dvc") if todo else []
             print(f"{variant:<22}{state:<28} {' '.join(cmd)}")
+        return 0
+    if args.command == "health":
+        from dsmath.study.health import backfill
+
+        print(f"filled {backfill(study)} record(s)")
         return 0
     if args.command == "report":
         out = build_study_report(study)

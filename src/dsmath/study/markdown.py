@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from dsmath.reporting.paper import fmt
-from dsmath.study import fits
+from dsmath.study import fits, health
 from dsmath.study.spec import Study
 from dsmath.study.stats import ALPHA, COST_METRICS, POWER, mde, seeds_needed
 
@@ -127,6 +127,35 @@ def fits_section(fit: list[dict]) -> list[str]:
     return lines
 
 
+def health_section(rows: list[dict]) -> list[str]:
+    """The health of each arm's RL runs: early -> late means of the signals, seed means."""
+    if not rows:
+        return []
+    w = health.WINDOW
+
+    def arrow(r: dict, key: str, scale: float = 1.0, digits: int = 2) -> str:
+        a, b = r.get(f"{key}/start"), r.get(f"{key}/end")
+        if a is None or b is None:
+            return "-"
+        return f"{scale * a:.{digits}f} -> {scale * b:.{digits}f}"
+
+    lines = ["## Health of the RL runs", "",
+             f"Per variant, the mean of each signal over the first {w} and the last {w} RL steps (first -> last), "
+             "averaged over the seeds whose record holds the RL stage's logged curve. Flat groups: share of groups "
+             "whose rewards are all equal (no learning signal; DAPO's dynamic sampling counts the groups it drew); "
+             "clipped: share of policy tokens whose ratio the clip cut (0 when every step is on-policy, `mu: 1`); "
+             "entropy: sampled-token estimate, nats per token; KL: k3 estimate to the reference, per token; length: "
+             "mean and longest response in tokens; format: share of samples with a well-formed answer.", "",
+             "| variant | seeds | flat groups % | clipped % | entropy | KL | mean length | longest | format % "
+             "| grad norm |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['variant']} | {r['seeds']} | {arrow(r, 'zero_std_groups', 100.0, 0)} | "
+                     f"{arrow(r, 'clip_frac', 100.0, 1)} | {arrow(r, 'entropy')} | {arrow(r, 'kl', 1.0, 4)} | "
+                     f"{arrow(r, 'response_len_mean', 1.0, 0)} | {arrow(r, 'response_len_max', 1.0, 0)} | "
+                     f"{arrow(r, 'format_rate', 100.0, 0)} | {arrow(r, 'grad_norm')} |")
+    return lines
+
+
 def code_section(code: list[dict]) -> list[str]:
     """The commit(s) each variant's records come from and whether the code they depend on is the workspace's."""
     if not code:
@@ -152,7 +181,8 @@ def code_section(code: list[dict]) -> list[str]:
 
 
 def render(study: Study, rows: list[dict], findings: list[dict], figures: dict[str, str], results: dict,
-           report_dir: Path, fit: list[dict] | None = None, code: list[dict] | None = None) -> str:
+           report_dir: Path, fit: list[dict] | None = None, code: list[dict] | None = None,
+           health_rows: list[dict] | None = None) -> str:
     runs = [r for v in results.values() for r in v.values()]
     wall = sum(r.get("wall_s", 0.0) for r in runs)
     gflops = sorted({r.get("matmul_gflops") for r in runs if r.get("matmul_gflops")})
@@ -183,7 +213,8 @@ def render(study: Study, rows: list[dict], findings: list[dict], figures: dict[s
               "seeds); k = the samples drawn per problem (maj@k votes over them, pass@k: any is right). Each variant's "
               "SFT model (the one it started from) is evaluated alike: "
               + "; ".join(f"{r['variant']} {fmt(r['sft_greedy'])}" for r in rows) + ".", "",
-              *findings_section(study, findings), "", *fits_section(fit or []), "", *code_section(code or [])]
+              *findings_section(study, findings), "", *fits_section(fit or []), "",
+              *health_section(health_rows or []), "", *code_section(code or [])]
     lines += ["", "## Figures", ""]
     for name, path in figures.items():
         lines += [f"![{name}]({Path(path).relative_to(report_dir).as_posix()})", ""]

@@ -11,6 +11,8 @@ of the runs alone, and the same figures and tables as artefacts of the study's M
   :func:`dsmath.study.stats.verdict`;
 - the compute curves: ScaleRL's saturating fit of held-out accuracy against RL samples per variant
   (:mod:`dsmath.study.fits`), asymptote A and efficiency B with bootstrap intervals over seeds;
+- the health of each arm's RL runs (:mod:`dsmath.study.health`): flat groups, clipped tokens, entropy, KL, lengths,
+  format rate and gradient norm, early and late in the run;
 - the records: the commit(s) each variant's records come from, and which were made by other code than the
   workspace's (stale: `make study` runs them again).
 
@@ -26,7 +28,7 @@ import shutil
 from pathlib import Path
 
 from dsmath.reporting.paper import sd
-from dsmath.study import fits
+from dsmath.study import fits, health
 from dsmath.study.figures import plot_k, plot_val_curves, val_points
 from dsmath.study.markdown import render
 from dsmath.study.spec import Study, variant_params
@@ -88,6 +90,12 @@ def fit_rows(results: dict[str, dict[int, dict]], study: Study) -> list[dict]:
         rows.append({"variant": name, "mode": runs[seed]["mode"], "samples_per_step": per_step,
                      **fits.fit_seeds(curves)})
     return rows
+
+
+def health_rows(results: dict[str, dict[int, dict]], study: Study) -> list[dict]:
+    """Per variant with health curves: the seed mean of each signal's early and late mean."""
+    return [{"variant": name, **summary} for name in study.variants
+            if (summary := health.variant_summary(results.get(name) or {})) is not None]
 
 
 def variant_rows(results: dict[str, dict[int, dict]], study: Study) -> list[dict]:
@@ -179,7 +187,7 @@ def build_study_report(study: Study, parent=None) -> dict:
     labels = {v: study.variants[v].label for v in study.variants}
     rows = variant_rows(results, study)
     findings = [finding_row(f, results, study.equivalence_margin, study.pilot_sd) for f in study.findings]
-    fit, code = fit_rows(results, study), code_status(study, results)
+    fit, code, health_table = fit_rows(results, study), code_status(study, results), health_rows(results, study)
     curves, ks = curve_rows(results), k_rows(results)
     write_csv(fig_dir / "curves.csv", curves)
     write_csv(fig_dir / "k_curves.csv", ks)
@@ -198,7 +206,8 @@ def build_study_report(study: Study, parent=None) -> dict:
         path = fig_dir / "maj_pass_at_k.png"
         plot_k(ks, [v for v in study.variants if v in results], labels).savefig(path, dpi=110)
         figures["maj@k and pass@k vs k"] = str(path)
-    report.write_text(render(study, rows, findings, figures, results, report.parent, fit, code))
+    report.write_text(render(study, rows, findings, figures, results, report.parent, fit, code,
+                             health_table))
     table = [{"variant": r["variant"], "mode": r["mode"], "seeds": len(r["seeds"]),
               "greedy_mean": r["greedy"][0], "greedy_sd": r["greedy"][1], "gain": r["gain"],
               "gain_se": r["gain_se"], "gain_paired_se": r["gain_paired_se"], "s_per_step": r["s_per_step"],
@@ -210,7 +219,7 @@ def build_study_report(study: Study, parent=None) -> dict:
                  "paired_se": x.get("paired_se"), "mde": x.get("mde"), "planned_mde": x.get("planned_mde"),
                  "verdict": x["verdict"]} for x in findings]
     (fig_dir / "summary.json").write_text(json.dumps({"variants": table, "findings": verdicts, "fits": fit,
-                                                      "records": code}, indent=1) + "\n")
+                                                      "health": health_table, "records": code}, indent=1) + "\n")
     if parent is not None:
         parent.log_artifact(report, "study")
         for path in [*figures.values(), fig_dir / "curves.csv", fig_dir / "k_curves.csv", fig_dir / "summary.json"]:

@@ -43,7 +43,7 @@ from typing import Any
 
 from dsmath.config import load_raw, seed_dir
 from dsmath.runtime import provenance, tracking
-from dsmath.study import workspace
+from dsmath.study import health, workspace
 from dsmath.study.spec import Study, variant_params
 
 _MLFLOW = threading.Lock()  # runs finish on several threads; their MLflow calls go one at a time
@@ -308,6 +308,7 @@ class Runner:
                                                           params.rewards.equivalence_timeout_s)
             result = collect(self.study, variant, seed, params, self.name(variant, seed), ws,
                              self._sft_problems[chain]) | {
+                "health": health.read(child.run_id), "mlflow_run_id": child.run_id,
                 "wall_s": round(wall, 1), "threads": params.rl.threads or params.common.num_threads, "jobs": self.jobs,
                 "git_commit": provenance.git_tags()["git.commit"], **self.machine}
             log_child(child, result, params)
