@@ -163,6 +163,8 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
     assert records_line.endswith("| current |") and "0 of 4 records are stale" in md
     assert (tmp_path / "out" / "study" / "maj_pass_at_k.png").exists()
     assert "4 runs" in md and "250 GFLOP/s" in md
+    # cost: 4 runs of 60 s at params.yaml's threads (none recorded: 1), one at a time -> 4 min on one machine
+    assert "4 runs: 0.1 CPU-hours" in md and "| 1 | 0.1 |" in md and "| 4 | 0.0 |" in md
     dvc_plot = (tmp_path / "out" / "study" / "val_curves" / "grpo.csv").read_text().split()
     assert dvc_plot[0] == "step,val_greedy_acc" and dvc_plot[1] == "0,0.5"
     assert dvc_plot[2].startswith("10,") and float(dvc_plot[2].split(",")[1]) == pytest.approx(0.65)
@@ -273,3 +275,16 @@ def test_a_study_files_cluster_settings_are_read_and_checked(tmp_path):
                      ("{silent_s: 30}", "heartbeat every 30 s"), ("[p]", "has the keys")):
         with pytest.raises(ParamsError, match=why):
             load_study(_write(tmp_path, base + f"cluster: {bad}\n"), params)
+
+
+def test_cost_is_cpu_hours_and_wall_time_per_machine_count():
+    from dsmath.study.markdown import cost_section
+
+    runs = [{"wall_s": 3600.0, "threads": 1, "jobs": 2}, {"wall_s": 3600.0, "threads": 1, "jobs": 2},
+            {"wall_s": 1800.0, "threads": 2, "jobs": 1}, {"variant": "no time recorded"}]
+    text = "\n".join(cost_section(runs, workers=(1, 3)))
+    # CPU-hours 1 x 1 + 1 x 1 + 0.5 x 2 = 3.0; one machine: two 1 h runs side by side (1 h) then the 2-thread run
+    # alone (0.5 h) = 1.5 h; three machines 0.5 h
+    assert "3 runs: 3.0 CPU-hours" in text and "50.0 min per run" in text and "1/2 run(s) at a time" in text
+    assert "| 1 | 1.5 |" in text and "| 3 | 0.5 |" in text
+    assert cost_section([{"variant": "x"}]) == []

@@ -180,6 +180,26 @@ def code_section(code: list[dict]) -> list[str]:
     return lines
 
 
+def cost_section(runs: list[dict], workers: tuple[int, ...] = (1, 2, 4)) -> list[str]:
+    """What the recorded runs cost: CPU-hours (each run's wall time x its threads) and the wall time of running them
+    again on 1..N machines like the one they ran on, each running `jobs` at once as they did (a run's wall time
+    already holds the slowdown of sharing the machine with the other jobs)."""
+    timed = [r for r in runs if r.get("wall_s")]
+    if not timed:
+        return []
+    cpu_h = sum(r["wall_s"] * (r.get("threads") or 1) for r in timed) / 3600
+    jobs = sorted({int(r.get("jobs") or 1) for r in timed})
+    per_machine = sum(r["wall_s"] / max(int(r.get("jobs") or 1), 1) for r in timed) / 3600
+    lines = ["## Cost", "",
+             f"{len(timed)} runs: {cpu_h:.1f} CPU-hours (each run's wall time x its threads), "
+             f"{sum(r['wall_s'] for r in timed) / len(timed) / 60:.1f} min per run on average, "
+             f"{'/'.join(map(str, jobs))} run(s) at a time per machine. Wall time to run them again on N such machines "
+             "(a Prefect work pool, docs/study.md; the runs divide evenly, the shared chain not included):", "",
+             "| machines | wall time (h) |", "|---:|---:|"]
+    lines += [f"| {n} | {per_machine / n:.1f} |" for n in workers]
+    return lines
+
+
 def render(study: Study, rows: list[dict], findings: list[dict], figures: dict[str, str], results: dict,
            report_dir: Path, fit: list[dict] | None = None, code: list[dict] | None = None,
            health_rows: list[dict] | None = None) -> str:
@@ -214,7 +234,7 @@ def render(study: Study, rows: list[dict], findings: list[dict], figures: dict[s
               "SFT model (the one it started from) is evaluated alike: "
               + "; ".join(f"{r['variant']} {fmt(r['sft_greedy'])}" for r in rows) + ".", "",
               *findings_section(study, findings), "", *fits_section(fit or []), "",
-              *health_section(health_rows or []), "", *code_section(code or [])]
+              *health_section(health_rows or []), "", *cost_section(runs), "", *code_section(code or [])]
     lines += ["", "## Figures", ""]
     for name, path in figures.items():
         lines += [f"![{name}]({Path(path).relative_to(report_dir).as_posix()})", ""]
