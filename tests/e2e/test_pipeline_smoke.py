@@ -427,12 +427,17 @@ def test_study_report_equals_the_run_records_and_mlflow(repo, study):
             stages = mlflow.search_runs(experiment_names=["dsmath"], output_format="list",  # the run's stage runs
                                         filter_string=f"tags.mlflow.parentRunId = '{child.info.run_id}'")
             assert {f"rl@{seed}", "evaluate@rl"} <= {s.data.tags.get("dsmath.stage") for s in stages}
+            # its health curve: every RL step, from the stage run(s) of its attempts (online_rft's joins the killed one)
+            assert r["mlflow_run_id"] == child.info.run_id and [h["step"] for h in r["health"]] == [1, 2, 3, 4]
+            assert all({"kl", "entropy", "zero_std_groups", "response_len_mean"} <= set(h) for h in r["health"])
+            assert [h["kl"] for h in r["health"]] == pytest.approx([c["kl"] for c in r["curve"] if "kl" in c])
     assert records["grpo", 1234]["threads"] == 2 and records["grpo", 1234]["jobs"] == 2  # jobs sets no param
     assert records["online_rft", 1234]["jobs"] == 1  # resumed one at a time by the flow
     artifacts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(parent[0].info.run_id, "study")}
     assert "study/study-smoke.md" in artifacts and "study/methods.png" in artifacts
     findings = [line for line in report.splitlines() if line.startswith("| GRPO beats Online RFT")]
     assert len(findings) == 1 and any(v in findings[0] for v in ("holds", "does not hold", "inconclusive"))
+    assert "## Health of the RL runs" in report and "| grpo | 2 |" in report.split("## Health of the RL runs")[1]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -533,6 +538,7 @@ def test_a_study_on_a_work_pool_survives_a_dead_worker_and_records_what_a_local_
         local = json.loads((repo / "study" / "smoke" / "runs" / "grpo" / f"seed-{seed}.json").read_text())
         assert remote["key"] == local["key"] and remote["pool"] == "loopback" and remote["host"]
         assert remote["curve"] == local["curve"] and remote["problems"] == local["problems"]
+        assert remote["health"] == local["health"] and len(remote["health"]) == 4
         for key in ("rl", "eval", "sft_eval"):
             assert _untimed(remote[key]) == _untimed(local[key]), (seed, key)
     # MLflow (the server): the killed attempt's child KILLED; each finished child holds the record and its dvc.lock,

@@ -43,9 +43,9 @@ def test_variant_summary_is_the_seed_mean_over_seeds_with_a_curve():
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    """A study in tmp_path whose MLflow store is params.yaml's relative SQLite file, there; the URI restored after."""
+    """A study in tmp_path whose MLflow store is a SQLite file there; the process-wide URI restored after."""
     mlflow = pytest.importorskip("mlflow")
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/m.db")  # absolute: one store per test
     monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     previous = mlflow.get_tracking_uri()
@@ -57,23 +57,26 @@ def store(tmp_path, monkeypatch):
     mlflow.set_tracking_uri(previous)
 
 
-def _logged_run(study, seed: int, monkeypatch, steps: int) -> str:
-    """A study child for (grpo, seed), FINISHED, with an `rl@<seed>` stage run nested under it that logged health
-    keys for `steps` steps (kl = step / 100, entropy = 2 - step / 30) and one key the health set does not read."""
+def _logged_run(study, seed: int, monkeypatch, steps: range, kl0: float = 0.0, ok: bool = True) -> str:
+    """A study child for (grpo, seed), FINISHED (or KILLED), with an `rl@<seed>` stage run nested under it that
+    logged health keys for `steps` (kl = kl0 + step / 100, entropy = 2 - step / 30) and a key health does not read."""
     params = variant_params(study, "grpo", seed, study.profile)
     child = tracking.open_run(params, f"grpo seed {seed}", {"dsmath.kind": "study-run", "dsmath.study": study.name,
                                                             "dsmath.variant": "grpo", "dsmath.seed": str(seed)})
     monkeypatch.setenv(tracking.PARENT_ENV, child.run_id)
     with tracking.stage_run(f"rl@{seed}", params) as run:
-        for s in range(1, steps + 1):
-            run.log_metrics({"rl/kl": s / 100, "rl/entropy": 2 - s / 30, "rl/lr": 1e-4}, step=s)
+        for s in steps:
+            run.log_metrics({"rl/kl": kl0 + s / 100, "rl/entropy": 2 - s / 30, "rl/lr": 1e-4}, step=s)
     monkeypatch.delenv(tracking.PARENT_ENV)
-    tracking.close_run(child)
+    if ok:
+        tracking.close_run(child)
+    else:
+        child.client.set_terminated(child.run_id, status="KILLED")
     return child.run_id
 
 
 def test_health_is_read_from_the_store_and_fills_old_records_and_the_report(store, monkeypatch):
-    child = _logged_run(store, 1, monkeypatch, steps=12)
+    child = _logged_run(store, 1, monkeypatch, range(1, 13))
     curve = health.read(child)
     assert [r["step"] for r in curve] == list(range(1, 13))
     assert curve[0] == {"step": 1, "kl": 0.01, "entropy": pytest.approx(2 - 1 / 30)}  # rl/lr is not a health key
@@ -97,3 +100,18 @@ def test_health_is_read_from_the_store_and_fills_old_records_and_the_report(stor
     # first 10 steps: kl mean 0.055, entropy 2 - 5.5/30; last 10 (steps 3-12): kl 0.075, entropy 2 - 7.5/30
     assert cells[4] == "1.82 -> 1.75" and cells[5] == "0.0550 -> 0.0750"
     assert cells[2] == "-"  # flat groups were not logged
+
+
+def test_a_resumed_runs_health_joins_its_killed_attempts_steps(store, monkeypatch):
+    """Killed at step 5 and resumed from its step-3 checkpoint under a new child: steps 1-3 come from the killed
+    attempt, 4-8 from the resumed one (its value where both logged a step)."""
+    _logged_run(store, 2, monkeypatch, range(1, 6), kl0=0.0, ok=False)
+    resumed = _logged_run(store, 2, monkeypatch, range(4, 9), kl0=1.0)
+    curve = health.read(resumed)
+    assert [r["step"] for r in curve] == list(range(1, 9))
+    assert [r["kl"] for r in curve] == pytest.approx([0.01, 0.02, 0.03, 1.04, 1.05, 1.06, 1.07, 1.08])
+    assert health.find_child("t", "grpo", 2) == resumed  # the finished one
+    other = _logged_run(store, 1, monkeypatch, range(1, 3), kl0=5.0)  # another seed's runs stay out
+    assert [r["kl"] for r in health.read(other)] == pytest.approx([5.01, 5.02])
+    again = _logged_run(store, 2, monkeypatch, range(1, 3), kl0=7.0)  # a later sitting: the finished run stays out
+    assert [r["kl"] for r in health.read(again)] == pytest.approx([7.01, 7.02])

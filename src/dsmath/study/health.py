@@ -69,16 +69,39 @@ def variant_summary(runs: dict[int, dict], window: int = WINDOW) -> dict[str, fl
 
 
 def read(child_id: str) -> list[dict]:
-    """The health curve of the RL stage run nested under the study child `child_id` ([] if there is none)."""
+    """The health curve of the RL stage run nested under the study child `child_id` ([] if there is none). A run
+    that was killed and resumed (its RL stage continuing from a checkpoint under a new child) logged its steps in
+    several stage runs: those of the unfinished children of the same study, variant and seed right before this one
+    (its killed attempts) are merged in, oldest first, so each step holds the value of the last attempt that ran
+    it. A finished earlier run (another sitting, other code) is not an attempt of this one and stays out."""
     mlflow = tracking._mlflow()
-    runs = mlflow.search_runs(search_all_experiments=True, output_format="list",
-                              filter_string=f"tags.mlflow.parentRunId = '{child_id}'")
-    rl = [r for r in runs if r.data.tags.get("dsmath.stage", "").startswith("rl")]
-    if not rl:
-        return []
-    run = max(rl, key=lambda r: r.info.start_time or 0)  # a resumed stage: its last attempt logged the whole run
+    tags = mlflow.get_run(child_id).data.tags
+    same = {k: tags[k] for k in ("dsmath.kind", "dsmath.study", "dsmath.variant", "dsmath.seed") if k in tags}
+    if len(same) == 4:
+        query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in same.items())
+        children = mlflow.search_runs(search_all_experiments=True, output_format="list", filter_string=query)
+        start = mlflow.get_run(child_id).info.start_time or 0
+        earlier = sorted((c for c in children if (c.info.start_time or 0) <= start and c.info.run_id != child_id),
+                         key=lambda c: c.info.start_time or 0)
+        ids = [child_id]
+        for c in reversed(earlier):  # the unfinished attempts right before this one (a finished run ends the chain)
+            if c.info.status == "FINISHED":
+                break
+            ids.insert(0, c.info.run_id)
+    else:
+        ids = [child_id]
+    stage_runs = []
+    for parent in ids:
+        runs = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                                  filter_string=f"tags.mlflow.parentRunId = '{parent}'")
+        stage_runs += sorted((r for r in runs if r.data.tags.get("dsmath.stage", "").startswith("rl")),
+                             key=lambda r: r.info.start_time or 0)
     client = mlflow.MlflowClient()
-    history = {k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, f"rl/{k}")] for k in KEYS}
+    history: dict[str, list[tuple[int, float]]] = {k: [] for k in KEYS}
+    for run in stage_runs:  # oldest first: a later attempt's value of a step wins
+        for k in KEYS:
+            history[k] += [(m.step, m.value) for m in
+                           sorted(client.get_metric_history(run.info.run_id, f"rl/{k}"), key=lambda m: m.timestamp)]
     return rows_from_history({k: v for k, v in history.items() if v})
 
 
