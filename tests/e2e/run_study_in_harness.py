@@ -1,6 +1,6 @@
 """Run the Prefect study flow once under `prefect_test_harness` in the current directory (the study file is argv[1])
 and print, as the last line, JSON with the flow state, its task run names and the artifact keys. Used by
-test_pipeline_smoke.py in a subprocess, inside the temporary project copy."""
+test_study_smoke.py in a subprocess, inside the temporary project copy."""
 
 import asyncio
 import json
