@@ -119,17 +119,25 @@ def test_planned_mde_from_a_pilot_and_its_validation(tmp_path):
             load_study(_write(tmp_path, base + f"pilot_sd: {bad}\n"), ROOT / "params.yaml")
 
 
+def table_line(md: str, start: str) -> str:
+    return next(line for line in md.splitlines() if line.startswith(start))
+
+
 def test_report_tables_are_the_records(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     text = ("name: t\nseeds: [1, 2]\nresults: res\nreport: out/study.md\npilot_sd: 1.6\n"
             "variants:\n  grpo: {overrides: {}}\n  ppo: {overrides: {rl.algorithm: ppo}}\n"
             "findings:\n  - {claim: GRPO beats PPO, source: s, a: grpo, b: ppo}\n"
-            "  - {claim: GRPO is faster, source: s, a: grpo, b: ppo, metric: s_per_step, lower_is_better: true}\n")
+            "  - {claim: GRPO is faster, source: s, a: grpo, b: ppo, metric: s_per_step, lower_is_better: true}\n"
+            "  - {claim: RL keeps pass@64, source: s, a: grpo, b: sft, metric: passk@k, expect: same}\n")
     study = load_study(_write(tmp_path, text), ROOT / "params.yaml")
     recs = {("grpo", 1): _record([1, 1, 1, 1], [0, 1, 0, 0], 2.0, maj=[1, 1, 0, 1]),
             ("grpo", 2): _record([1, 1, 1, 0], [0, 1, 0, 0], 2.2, maj=[1, 1, 0, 1]),
             ("ppo", 1): _record([0, 1, 0, 1], [0, 1, 0, 0], 3.0, maj=[0, 1, 0, 1]),
             ("ppo", 2): _record([0, 0, 1, 1], [0, 1, 0, 0], 3.4, maj=[0, 1, 0, 1])}
+    for seed, rl64 in ((1, 0.90), (2, 0.86)):  # d_s = -.02, -.06 against the SFT model's .92: SE .02 (seeds)
+        recs[("grpo", seed)]["eval"]["synthetic/tool/passk@64"] = rl64
+        recs[("grpo", seed)]["sft_eval"]["synthetic/tool/passk@64"] = 0.92
     recs[("grpo", 1)]["curve"] = [{"step": 0, "val_greedy_acc": 0.5}, {"step": 1, "reward_mean": 0.3},
                                   {"step": 10, "val_greedy_acc": 0.6}]
     recs[("grpo", 2)]["curve"] = [{"step": 0, "val_greedy_acc": 0.5}, {"step": 10, "val_greedy_acc": 0.7}]
@@ -146,17 +154,21 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
     assert cells[4] == "75.0 ± 0.0" and cells[7] == "2.10"
     assert cells[6].startswith("+62.5")  # gain over SFT 0.25: (1 + .75) / 2 - .25
     verdicts = {f["claim"]: f["verdict"] for f in out["findings"]}
-    # blocked on the seed: greedy d_s = 1 - .5 and .75 - .5, mean .375, SE .125 (3 SE, but 2 seeds give df 1 and a
-    # bar of t_.975,1 = 12.7 SE; the paired SE over problems is no longer added on top), MDE (12.7062 + 1.3764) x .125
-    # = 1.7603 on 1 df
-    assert verdicts == {"GRPO beats PPO": "inconclusive", "GRPO is faster": "inconclusive"}
+    # blocked on the seed: greedy d_s = 1 - .5 and .75 - .5, mean .375; per problem d = (1, 0, 1, 0) and
+    # (1, 1, 0, -1): MS_seed .125 < MS_res .458333 (no seed component), MS_problem .791667: SE sqrt(.791667 / 8) =
+    # .314576 on 3 df (test_study_stats has the arithmetic), MDE (3.1824 + 0.9785) x .314576 = 1.3089
+    assert verdicts == {"GRPO beats PPO": "inconclusive", "GRPO is faster": "inconclusive",
+                        "RL keeps pass@64": "inconclusive"}
+    keeps = next(line for line in md.splitlines() if line.startswith("| RL keeps pass@64"))
+    assert "2.00 (seeds, df 1)" in keeps and "; its test problems held fixed)" in keeps  # no per-problem results
+    assert "held fixed" not in table_line(md, "| GRPO is faster")  # a cost has no test problems
     beats = next(line for line in md.splitlines() if line.startswith("| GRPO beats PPO"))
-    assert "**inconclusive** (MDE 176.0 points)" in beats and "12.50 (seeds, df 1)" in beats
-    assert "| 176.03 | 15.93 |" in beats  # MDE and the pilot's planned MDE (1.6 points, 2 seeds), in points
+    assert "**inconclusive** (MDE 130.9 points)" in beats and "31.46 (seeds x problems, df 3)" in beats
+    assert "| 130.89 | 15.93 |" in beats  # MDE and the pilot's planned MDE (1.6 points, 2 seeds), in points
     assert "MDE 0.17 s/step" not in md and "MDE" in md
     assert "2 seeds give an MDE of 15.9 points" in md  # pilot_sd 1.6
     finding = next(f for f in out["findings"] if f["claim"] == "GRPO beats PPO")
-    assert finding["mde"] == pytest.approx(1.7603, abs=1e-3) and finding["se_kind"] == "seeds"
+    assert finding["mde"] == pytest.approx(1.3089, abs=1e-3) and finding["se_kind"] == "seeds x problems"
     fits_line = next(line for line in md.splitlines() if line.startswith("| grpo | 2 |"))
     assert "2 points (< 4): no fit" in fits_line  # steps 0 and 10 only
     records_line = next(line for line in md.splitlines() if line.startswith("| grpo | 1, 2 |"))

@@ -1,5 +1,6 @@
-"""The study's statistics, checked against numbers computed by hand: seed-blocked differences and their SE, the
-verdict rule, the MDE and the seeds it needs, the large-k pass@k finding, ScaleRL's fit and its bootstrap."""
+"""The study's statistics, checked against numbers computed by hand: seed-blocked differences and their SE (seeds x
+problems), the verdict rule, the MDE and the seeds it needs, the large-k pass@k finding, ScaleRL's fit and its
+bootstrap."""
 
 from __future__ import annotations
 
@@ -16,9 +17,17 @@ def test_paired_difference_by_hand():
     a = {1: _record([1, 1, 0, 1], [0, 1, 0, 0], 2.0), 2: _record([1, 0, 0, 1], [0, 1, 0, 0], 2.2)}
     b = {1: _record([0, 1, 0, 1], [0, 1, 0, 0], 3.0), 2: _record([0, 0, 1, 1], [0, 1, 0, 0], 3.4)}
     d = stats.paired_difference(a, b, "greedy", "tool")
-    # blocked on the seed: d_s = 0.75 - 0.5 = 0.25 and 0.5 - 0.5 = 0; sd 0.25 / sqrt(2) = 0.176777, SE sd / sqrt(2)
+    # blocked on the seed: d_s = 0.75 - 0.5 = 0.25 and 0.5 - 0.5 = 0; sd 0.25 / sqrt(2) = 0.176777, the seeds' SE
+    # sd / sqrt(2) = 0.125 on 1 df
     assert d["diff"] == pytest.approx(0.125) and d["sd_seeds"] == pytest.approx(0.1767767)
-    assert d["se"] == pytest.approx(0.125) and d["df"] == 1 and d["se_kind"] == "seeds"
+    assert d["seed_se"] == pytest.approx(0.125)
+    # seeds x problems: per-problem d = (1, 0, 0, 0) and (1, 0, -1, 0); grand mean 0.125, seed means (.25, 0),
+    # problem means (1, 0, -.5, 0). MS_seed = 4 (.125^2 + .125^2) / 1 = .125; MS_problem = 2 (.875^2 + .125^2 +
+    # .625^2 + .125^2) / 3 = .791667; residuals (-.125, -.125, .375, -.125 | .125, .125, -.375, .125): MS_res =
+    # .375 / 3 = .125. The seed component does not show (MS_seed = MS_res): SE^2 = MS_problem / (2 x 4) = .098958,
+    # SE .314576 on 3 df (the SE over the 4 problems of the seed-mean differences: sd(1, 0, -.5, 0) / 2)
+    assert d["se"] == pytest.approx(0.314576, abs=1e-6) and d["df"] == pytest.approx(3.0)
+    assert d["se_kind"] == "seeds x problems"
     # one seed's problem noise, beside it (not added): seed 1 per-problem diffs (1, 0, 0, 0): var 0.25, SE 0.25;
     # seed 2 (1, 0, -1, 0): var 2/3, SE sqrt(1/6); root mean square sqrt((1/16 + 1/6) / 2) = 0.338502
     assert d["paired_se"] == pytest.approx(0.338502, abs=1e-6) and d["n_problems"] == 4
@@ -43,18 +52,24 @@ def test_verdict_rule():
 
 
 def test_a_finding_is_blocked_on_the_seed_of_its_two_arms_alone():
-    # greedy per seed: x (1.0, .75), y (.5, .5): d_s = (.5, .25), mean .375, sd .176777, SE .125 on 1 df
+    # greedy per seed: x (1.0, .75), y (.5, .5): d_s = (.5, .25), mean .375, sd .176777, seeds' SE .125 on 1 df.
+    # Per problem d = (0, 0, 1, 1) and (1, 1, 0, -1): MS_seed = .125, MS_problem = 2 (3 x .125^2 + .375^2) / 3 = .125,
+    # residuals (-.625, -.625, .375, .875 | .625, .625, -.375, -.875): MS_res = 3.375 / 3 = 1.125. Neither component
+    # shows: SE^2 = MS_res / (2 x 4) = .140625, SE .375 on (2 - 1)(4 - 1) = 3 df
     results = {"x": {1: _record([1, 1, 1, 1], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 0], [0, 0, 0, 0], 1.0)},
                "y": {1: _record([1, 1, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([0, 0, 1, 1], [0, 0, 0, 0], 1.0)},
                "z": {1: _record([1, 0, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 0], [0, 0, 0, 0], 1.0)}}
     row = stats.finding_row(Finding(claim="c", source="s", a="x", b="y"), results)
-    assert row["diff"] == pytest.approx(0.375) and row["se"] == pytest.approx(0.125) and row["df"] == 1
-    assert row["mde"] == pytest.approx((12.7062 + 1.3764) * 0.125, abs=1e-3)  # t_.975,1 + t_.80,1
-    assert row["verdict"] == "inconclusive"  # 3 SE, but below t_.975,1 x 0.125 = 1.59 (2 seeds: df 1)
+    assert row["diff"] == pytest.approx(0.375) and row["seed_se"] == pytest.approx(0.125)
+    assert row["se"] == pytest.approx(0.375) and row["df"] == pytest.approx(3.0)
+    assert row["mde"] == pytest.approx((3.1824 + 0.9785) * 0.375, abs=1e-3)  # t_.975,3 + t_.80,3
+    assert row["verdict"] == "inconclusive"  # 1 SE (3 SE of the seeds alone, below their t_.975,1 bar too)
     noisy_z = results | {"z": {1: _record([0, 0, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 1], [0] * 4, 1.0)}}
     assert stats.finding_row(Finding(claim="c", source="s", a="x", b="y"), noisy_z)["se"] == row["se"]  # no pooling
     vs_sft = stats.finding_row(Finding(claim="c", source="s", a="x", b="sft"), results)
-    assert vs_sft["diff"] == pytest.approx(0.875) and vs_sft["se"] == pytest.approx(0.125)  # d_s = (1, .75)
+    # d = (1, 1, 1, 1) and (1, 1, 1, 0): MS_seed = MS_problem = MS_res = .125: SE sqrt(.125 / 8) = .125 on 3 df
+    assert vs_sft["diff"] == pytest.approx(0.875) and vs_sft["se"] == pytest.approx(0.125)
+    assert vs_sft["df"] == pytest.approx(3.0)
     cost = stats.finding_row(Finding(claim="c", source="s", a="x", b="y", metric="s_per_step"), results)
     assert cost["se"] == pytest.approx(0.0) and cost["paired_se"] is None  # costs: the pair's own d_s
 
@@ -157,3 +172,21 @@ def test_the_bootstrap_over_seeds_brackets_the_truth():
     lo, hi = out["B_ci"]
     assert lo < b < hi
     assert fits.fit_seeds(curves) == out  # a fixed bootstrap seed: the same intervals every time
+
+
+def test_crossed_se_cases_by_hand():
+    # a seed effect and no problem effect: d = (1, 1, 0, 0), (0, 0, 0, 0), (1, 0, 1, 0); grand 1/3, seed means
+    # (.5, 0, .5), problem means (2/3, 1/3, 1/3, 0): MS_seed = 4 (1/36 + 4/36 + 1/36) / 2 = 1/3, MS_problem = 3 (1/9
+    # + 0 + 0 + 1/9) / 3 = 2/9 = MS_res: the problem component does not show -> the seeds' SE, sqrt(1/3 / 12) = 1/6
+    # (= sd(.5, 0, .5) / sqrt(3)) on 2 df
+    r = stats.crossed([[1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 1, 0]])
+    assert r["diff"] == pytest.approx(1 / 3) and r["ms_seed"] == pytest.approx(1 / 3)
+    assert r["ms_problem"] == pytest.approx(2 / 9) and r["ms_res"] == pytest.approx(2 / 9)
+    assert r["se"] == pytest.approx(1 / 6) and r["df"] == pytest.approx(2.0)
+    # both components show: d = (1, 1, 0), (1, 1, 0), (0, 0, -1) is additive (seed effect + problem effect), so the
+    # residuals are 0; grand 1/3, seed and problem means (2/3, 2/3, -1/3): MS_seed = MS_problem = 3 (1/9 + 1/9 + 4/9)
+    # / 2 = 1, MS_res = 0. SE^2 = (1 + 1 - 0) / 9, SE .471405; Satterthwaite df = 2^2 / (1/2 + 1/2) = 4
+    r = stats.crossed([[1, 1, 0], [1, 1, 0], [0, 0, -1]])
+    assert r["ms_seed"] == pytest.approx(1.0) and r["ms_problem"] == pytest.approx(1.0)
+    assert r["ms_res"] == pytest.approx(0.0, abs=1e-12)
+    assert r["se"] == pytest.approx(math.sqrt(2 / 9)) and r["df"] == pytest.approx(4.0)

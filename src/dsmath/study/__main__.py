@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "health":
         from dsmath.study.health import backfill
 
-        print(f"filled {backfill(study)} record(s)")
+        print(f"filled {backfill(study, variants=args.variants, seeds=args.seeds)} record(s)")
         return 0
     if args.command == "report":
         out = build_study_report(study)

@@ -116,13 +116,14 @@ def find_child(study: str, variant: str, seed: int) -> str | None:
     return max(runs, key=lambda r: r.info.start_time or 0).info.run_id if runs else None
 
 
-def backfill(study, on_line=print) -> int:
-    """Give every record of `study` that has no health curve the one its run logged to the MLflow store (found by
-    the run's study tags); returns how many records were filled. The record's key is left as it is."""
+def backfill(study, on_line=print, variants: list[str] | None = None, seeds: list[int] | None = None) -> int:
+    """Give every record of `study` (of `variants` x `seeds` when given) that has no health curve the one its run
+    logged to the MLflow store (found by the run's study tags); returns how many records were filled. The record's
+    key is left as it is."""
     from dsmath.study.runner import write_record
     from dsmath.study.spec import variant_params
 
-    runs = study.runs()
+    runs = study.runs(variants, seeds)
     if not runs:
         return 0
     tracking.setup(variant_params(study, *runs[0], study.profile).common.tracking)

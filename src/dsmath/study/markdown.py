@@ -62,11 +62,14 @@ def findings_section(study: Study, findings: list[dict]) -> list[str]:
              f"±{_scaled(study.equivalence_margin, 100.0)} points -> **holds**; else **inconclusive**.", "",
              "The comparison is blocked on the seed: a seed is the same prompt order and sampling stream in both "
              "arms, so for each seed s both have, d_s = a(s) - b(s) (against the SFT model: a's run minus the SFT "
-             "model it started from). Difference = mean d_s; SE = sd(d_s) / sqrt(n) on df = n - 1 (SE kind "
-             "*seeds*). Only the two arms enter it: no other variant's seed variance. Each seed's accuracy already "
-             "holds the noise of its test problems, so the paired SE over problems of one seed's difference (root "
-             "mean square over the seeds) is shown beside it, not added to it; with one seed it is the SE (kind "
-             "*problems (1 seed)*, df = the normal's). Costs have no per-problem error.", "",
+             "model it started from). Difference = mean d_s. Only the two arms enter it. SE (kind *seeds x "
+             "problems*): every seed runs the same test problems, so the SE counts both: the two-way random-effects "
+             "model of the seeds x problems table of paired differences (seed, problem, residual; a component whose "
+             "mean square does not exceed the residual's is zero), on Satterthwaite's df (docs/study.md, "
+             "\"Reading the findings\"). Kind *seeds*: sd(d_s) / sqrt(n) on n - 1 df, for metrics without per-problem "
+             "results (passk@k: its 200 problems held fixed) and costs. Beside it: the paired SE over the problems of "
+             "one seed's difference (root mean square over the seeds); with one seed it is the SE (kind *problems "
+             "(1 seed)*, the normal's df).", "",
              f"MDE: the true difference a two-sided test at level {ALPHA:g} detects with {POWER:.0%} power, "
              "(t_{0.975,df} + t_{0.80,df}) x SE (normal quantiles without df). Few seeds cost much: with df = 1 "
              f"it is {mde(1.0, 1):.1f} SE, with df = 4 {mde(1.0, 4):.1f} SE. "
@@ -94,12 +97,14 @@ def findings_section(study: Study, findings: list[dict]) -> list[str]:
         unit = f" {UNITS[f.metric]}" if f.metric in COST_METRICS else " pts"
         kind = row.get("se_kind") or "none"
         se = "-" if row["se"] is None else (
-            f"{_scaled(row['se'], scale)} ({kind}" + (f", df {row['df']})" if row.get("df") else ")"))
+            f"{_scaled(row['se'], scale)} ({kind}" + (f", df {row['df']:.3g})" if row.get("df") else ")"))
         lines.append(f"| {f.claim} | {f.source} | {f.a} - {f.b}, {f.metric} ({row.get('mode')}) | "
                      f"{_scaled(row['diff'], scale, True)}{unit} | {row['n_seeds']} | "
                      f"{_scaled(row['sd_seeds'], scale)} | {se} | {_scaled(row['paired_se'], scale)} | "
                      f"{_scaled(row['mde'], scale)} | {_scaled(row.get('planned_mde'), scale)} | "
-                     f"**{row['verdict']}** ({_mde_text(row['mde'], f.metric)}) |")
+                     f"**{row['verdict']}** ({_mde_text(row['mde'], f.metric)}"
+                     f"{'; its test problems held fixed' if kind == 'seeds' and f.metric not in COST_METRICS else ''}"
+                     ") |")
     return lines
 
 

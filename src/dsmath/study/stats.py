@@ -102,15 +102,52 @@ def seed_blocked(diffs: list[float]) -> dict:
             "df": n - 1 if n >= 2 else None}
 
 
+def crossed(table: list[list[float]]) -> dict:
+    """The mean of a seeds x problems table of paired differences d[s][p] and its standard error under the two-way
+    random-effects model (seed, problem, residual; each seed runs every problem): Var(mean) = v_seed / n +
+    v_problem / P + v_res / (n P), from the mean squares MS_seed (df n - 1), MS_problem (df P - 1) and MS_res
+    (df (n - 1)(P - 1)), with v_seed = (MS_seed - MS_res) / P and v_problem = (MS_problem - MS_res) / n truncated at
+    zero (a component the data do not show is zero, as REML has it). Equivalently n P Var = [MS_seed - MS_res]+ +
+    [MS_problem - MS_res]+ + MS_res, on Satterthwaite's degrees of freedom for that combination. Cases: no seed
+    variance shown -> MS_problem / (n P) on P - 1 df (the problems' SE of the seed-mean differences); no problem
+    variance shown -> MS_seed / (n P) = sd(d_s)^2 / n on n - 1 df (the seeds' SE).
+
+    >>> r = crossed([[1, 0, 1, 0], [1, 1, 0, -1]])
+    >>> round(r["diff"], 4), round(r["se"], 4), round(r["df"], 2)
+    (0.375, 0.3146, 3.0)
+    """
+    n, p = len(table), len(table[0])
+    grand = sum(map(sum, table)) / (n * p)
+    rows = [sum(r) / p for r in table]
+    cols = [sum(table[s][j] for s in range(n)) / n for j in range(p)]
+    ms_seed = p * sum((x - grand) ** 2 for x in rows) / (n - 1)
+    ms_prob = n * sum((x - grand) ** 2 for x in cols) / (p - 1)
+    ms_res = sum((table[s][j] - rows[s] - cols[j] + grand) ** 2 for s in range(n) for j in range(p)) / (
+        (n - 1) * (p - 1))
+    df_res = (n - 1) * (p - 1)
+    shown = ms_res * (1 + 1e-9) + 1e-15  # a component shows when its mean square exceeds the residual's (not by
+    k_seed, k_prob = float(ms_seed > shown), float(ms_prob > shown)  # rounding): the others are zero
+    k_res = 1.0 - k_seed - k_prob  # n P Var = k_seed MS_seed + k_prob MS_problem + k_res MS_res
+    total = k_seed * ms_seed + k_prob * ms_prob + k_res * ms_res
+    denom = (k_seed * ms_seed) ** 2 / (n - 1) + (k_prob * ms_prob) ** 2 / (p - 1) + (k_res * ms_res) ** 2 / df_res
+    return {"diff": grand, "se": math.sqrt(max(total, 0.0) / (n * p)),
+            "df": total ** 2 / denom if denom > 0 else None, "ms_seed": ms_seed, "ms_problem": ms_prob,
+            "ms_res": ms_res, "n_problems": p}
+
+
 def paired_difference(a_runs: dict[int, dict], b_runs: dict[int, dict], metric: str, mode: str,
                       b_model: str = "rl") -> dict:
     """a - b on `metric`, blocked on the seed: a seed is the same prompt order and sampling stream in both arms, so
     d_s = metric(a, s) - metric(b, s) over the seeds both have (against the SFT model, b_model "sft": a's run minus
-    the SFT model it started from, in the same record). The difference is mean d_s, its SE sd(d_s) / sqrt(n) on
-    n - 1 degrees of freedom (`se_kind` "seeds"). Beside it, for accuracies, the paired standard error over the test
-    problems of one seed's difference (root mean square over the seeds of each seed's paired SE): the problem noise
-    each d_s already holds, so it is not added on top. With one seed that is the SE (`se_kind` "problems (1 seed)",
-    df None: the normal)."""
+    the SFT model it started from, in the same record). The difference is mean d_s.
+
+    Its SE, for accuracies with per-problem tables (`se_kind` "seeds x problems"): every seed runs the same test
+    problems, so the difference varies with the seed and with the problems drawn (which a new test set would
+    change); :func:`crossed` estimates both from the seeds x problems table of paired differences. Costs, and
+    metrics without per-problem tables (passk@k), get the seeds' SE sd(d_s) / sqrt(n) on n - 1 df (`se_kind`
+    "seeds"): the test problems' share is not in it. With one seed: the paired SE over its problems (`se_kind`
+    "problems (1 seed)", df None: the normal). Beside them: `seed_se` (the seeds' SE) and `paired_se`, the paired
+    SE over the problems of one seed's difference (root mean square over the seeds)."""
     seeds = sorted(set(a_runs) & set(b_runs)) if b_model == "rl" else sorted(a_runs)
     b_of = (lambda s: b_runs[s]) if b_model == "rl" else (lambda s: a_runs[s])  # noqa: E731  (sft: a's own)
     diffs, used = [], []
@@ -125,7 +162,7 @@ def paired_difference(a_runs: dict[int, dict], b_runs: dict[int, dict], metric: 
            "se": blocked["se"], "se_kind": "seeds" if blocked["se"] is not None else None}
     if metric in COST_METRICS or not diffs:
         return out
-    per_seed, n_problems = [], []
+    per_seed, n_problems, tables = [], [], []
     for s in used:
         ta, tb = per_problem(a_runs[s], metric, mode), per_problem(b_of(s), metric, mode, b_model)
         if ta is None or tb is None:
@@ -135,9 +172,16 @@ def paired_difference(a_runs: dict[int, dict], b_runs: dict[int, dict], metric: 
             return out
         per_seed.append(standard_error_of_delta([tb[i] for i in ids], [ta[i] for i in ids]))
         n_problems.append(len(ids))
+        tables.append({i: ta[i] - tb[i] for i in ids})
     out |= {"paired_se": math.sqrt(sum(x * x for x in per_seed) / len(per_seed)), "n_problems": min(n_problems)}
     if out["se"] is None:  # one seed: its problem noise is all there is to go on
         out |= {"se": out["paired_se"], "se_kind": "problems (1 seed)"}
+        return out
+    common = sorted(set.intersection(*(set(t) for t in tables)))
+    if len(common) >= 2:
+        c = crossed([[t[i] for i in common] for t in tables])
+        out |= {"se": c["se"], "df": c["df"], "se_kind": "seeds x problems", "n_problems": c["n_problems"],
+                "diff_common": c["diff"]}
     return out
 
 
