@@ -106,17 +106,29 @@ def test_override_values_in_dvcs_grammar():
 def test_planned_mde_from_a_pilot_and_its_validation(tmp_path):
     results = {"x": {1: _record([1, 1, 1, 1], [0, 0, 0, 0], 1.0), 2: _record([1, 1, 1, 0], [0, 0, 0, 0], 1.0)},
                "y": {1: _record([1, 1, 0, 0], [0, 0, 0, 0], 1.0), 2: _record([0, 0, 1, 1], [0, 0, 0, 0], 1.0)}}
-    row = stats.finding_row(Finding(claim="c", source="s", a="x", b="y"), results, pilot_sd=1.6)
-    assert row["planned_mde"] == pytest.approx((12.7062 + 1.3764) * 0.016 / math.sqrt(2), abs=1e-4)  # 0.15933
+    # the pilot's components from its runs: per problem d = (0, 0, 1, 1), (1, 1, 0, -1): MS_seed = MS_problem = .125
+    # below MS_res 1.125 (test_study_stats): v_seed = v_problem = 0, v_res = 1.125
+    pilot = stats.pilot_components(results["x"], results["y"], "tool")
+    assert (pilot["v_seed"], pilot["v_problem"]) == (0.0, 0.0) and pilot["v_res"] == pytest.approx(1.125)
+    assert pilot["seeds"] == [1, 2] and pilot["n_problems"] == 4
+    row = stats.finding_row(Finding(claim="c", source="s", a="x", b="y"), results, pilot=pilot)
+    # planned for 2 seeds x 4 problems: every expected mean square 1.125, none shows: SE sqrt(1.125 / 8) = .375 on
+    # 3 df, MDE (3.1824 + 0.9785) x .375 = 1.5603 (the measured one: the pilot is these runs)
+    assert row["planned_mde"] == pytest.approx(1.5603, abs=1e-3) and row["planned_mde"] == pytest.approx(row["mde"])
+    # a seed component: v_seed .0004, v_res .05, 2 seeds x 4 problems: E[MS_seed] = 4 x .0004 + .05 = .0516 >
+    # E[MS_res] = .05 = E[MS_problem]: SE sqrt(.0516 / 8) = .080312 on 1 df, MDE (12.7062 + 1.3764) x .080312
+    seedy = {"v_seed": 0.0004, "v_problem": 0.0, "v_res": 0.05}
+    assert stats.finding_row(Finding(claim="c", source="s", a="x", b="y"), results, pilot=seedy)["planned_mde"] \
+        == pytest.approx(1.13099, abs=1e-4)
     cost = stats.finding_row(Finding(claim="c", source="s", a="x", b="y", metric="s_per_step"), results,
-                             pilot_sd=1.6)
-    assert cost["planned_mde"] is None  # the pilot's sd is of accuracies
-    base = "name: t\nseeds: [1, 2]\nvariants: {a: {}}\n"
-    assert load_study(_write(tmp_path, base + "pilot_sd: 1.6\n"), ROOT / "params.yaml").pilot_sd == 1.6
-    assert load_study(_write(tmp_path, base), ROOT / "params.yaml").pilot_sd is None
-    for bad in ("0", "-1", "abc", "true", "200"):
-        with pytest.raises(ParamsError, match="pilot_sd must be"):
-            load_study(_write(tmp_path, base + f"pilot_sd: {bad}\n"), ROOT / "params.yaml")
+                             pilot=pilot)
+    assert cost["planned_mde"] is None  # the pilot's components are of accuracies
+    base = "name: t\nseeds: [1, 2]\nvariants: {a: {}, b: {}}\n"
+    assert load_study(_write(tmp_path, base + "pilot: {a: a, b: b}\n"), ROOT / "params.yaml").pilot == ("a", "b")
+    assert load_study(_write(tmp_path, base), ROOT / "params.yaml").pilot is None
+    for bad in ("1.6", "{a: a}", "{a: a, b: nope}", "[a, b]"):
+        with pytest.raises(ParamsError, match="pilot must be"):
+            load_study(_write(tmp_path, base + f"pilot: {bad}\n"), ROOT / "params.yaml")
 
 
 def table_line(md: str, start: str) -> str:
@@ -125,7 +137,7 @@ def table_line(md: str, start: str) -> str:
 
 def test_report_tables_are_the_records(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    text = ("name: t\nseeds: [1, 2]\nresults: res\nreport: out/study.md\npilot_sd: 1.6\n"
+    text = ("name: t\nseeds: [1, 2]\nresults: res\nreport: out/study.md\npilot: {a: grpo, b: ppo}\n"
             "variants:\n  grpo: {overrides: {}}\n  ppo: {overrides: {rl.algorithm: ppo}}\n"
             "findings:\n  - {claim: GRPO beats PPO, source: s, a: grpo, b: ppo}\n"
             "  - {claim: GRPO is faster, source: s, a: grpo, b: ppo, metric: s_per_step, lower_is_better: true}\n"
@@ -164,9 +176,12 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
     assert "held fixed" not in table_line(md, "| GRPO is faster")  # a cost has no test problems
     beats = next(line for line in md.splitlines() if line.startswith("| GRPO beats PPO"))
     assert "**inconclusive** (MDE 130.9 points)" in beats and "31.46 (seeds x problems, df 3)" in beats
-    assert "| 130.89 | 15.93 |" in beats  # MDE and the pilot's planned MDE (1.6 points, 2 seeds), in points
+    assert "| 130.89 | 130.89 |" in beats  # MDE and the planned MDE: the pilot (grpo vs ppo) is these runs
     assert "MDE 0.17 s/step" not in md and "MDE" in md
-    assert "2 seeds give an MDE of 15.9 points" in md  # pilot_sd 1.6
+    # the pilot's components: v_seed 0, v_problem (.791667 - .458333) / 2 = .166667, v_res .458333; the problems'
+    # share .166667 / 4 alone is an SE of .2: no number of seeds reaches an MDE of 2 points
+    assert "2 seeds x 4 problems give an MDE of 130.9 points" in md and "needs more than 1,000 seeds" in md
+    assert "seed 0.00, problem 1666.7, residual 4583" in md
     finding = next(f for f in out["findings"] if f["claim"] == "GRPO beats PPO")
     assert finding["mde"] == pytest.approx(1.3089, abs=1e-3) and finding["se_kind"] == "seeds x problems"
     fits_line = next(line for line in md.splitlines() if line.startswith("| grpo | 2 |"))

@@ -86,13 +86,15 @@ def test_seed_blocked_se_and_mde_by_hand():
 
 
 def test_seeds_needed_by_hand():
-    # sd of d_s 1.6 points, target MDE 2 points: n = 7 gives (2.4469 + 0.9057) x 0.016 / sqrt(7) = 0.020275 > 0.02,
-    # n = 8 gives (2.3646 + 0.8960) x 0.016 / sqrt(8) = 0.018445
-    assert stats.seeds_needed(0.016, 0.02) == 8
-    assert stats.mde(0.016 / math.sqrt(7), 6) == pytest.approx(0.020275, abs=1e-5)
-    # a large target: n = 2 already gives (12.7062 + 1.3764) x 0.01 / sqrt(2) = 0.09958
-    assert stats.seeds_needed(0.01, 0.1) == 2 and stats.seeds_needed(0.01, 0.099) == 3
-    assert stats.seeds_needed(0.0, 0.01) == 2 and stats.seeds_needed(1.0, 1e-6, max_n=50) is None
+    # seed sd 1.7 points (v_seed .0003), flip noise v_res .05, 1,000 problems, target MDE 3 points: n = 5 gives
+    # E[MS_seed] = 1000 x .0003 + .05 = .35 > E[MS_res] = E[MS_problem] = .05: SE sqrt(.35 / 5000) = .008367 on 4 df,
+    # MDE (2.7764 + 0.9410) x .008367 = .031103 > .03; n = 6: sqrt(.35 / 6000) = .007638 on 5 df, x (2.5706 +
+    # 0.9195) = .026656
+    assert stats.seeds_needed(0.0003, 0.0, 0.05, 1000, 0.03) == 6
+    assert stats.planned_mde(0.0003, 0.0, 0.05, 5, 1000) == pytest.approx(0.031103, abs=1e-5)
+    # the problems' share cannot be seeded away: v_problem .01 over 100 problems is an SE of .01 by itself
+    assert stats.seeds_needed(0.0, 0.01, 0.05, 100, 0.02) is None
+    assert stats.seeds_needed(0.0, 0.0, 0.0, 100, 0.01) == 2
 
 
 def test_one_seed_falls_back_to_the_paired_se_over_problems():

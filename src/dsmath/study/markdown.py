@@ -9,7 +9,7 @@ from pathlib import Path
 from dsmath.reporting.paper import fmt
 from dsmath.study import fits, health
 from dsmath.study.spec import Study
-from dsmath.study.stats import ALPHA, COST_METRICS, POWER, mde, seeds_needed
+from dsmath.study.stats import ALPHA, COST_METRICS, POWER, mde, planned_mde, seeds_needed
 
 UNITS = {"s_per_step": "s/step", "peak_rss_mb": "MB", "trainer_state_mb": "MB"}  # accuracies: points
 
@@ -50,7 +50,7 @@ def _ci(x: float | None, ci: tuple[float, float] | None, scale: float = 1.0, dig
     return text + (f" [{scale * ci[0]:.{digits}f}, {scale * ci[1]:.{digits}f}]" if ci else "")
 
 
-def findings_section(study: Study, findings: list[dict]) -> list[str]:
+def findings_section(study: Study, findings: list[dict], pilot: dict | None = None) -> list[str]:
     """The findings: the rule, how the SE and the MDE are made, and one row per claim."""
     from scipy.stats import t
 
@@ -76,15 +76,19 @@ def findings_section(study: Study, findings: list[dict]) -> list[str]:
              "The 2-SE rule does not widen with few df" + (
                  f": with {n} seeds a difference of zero passes it {2 * t.sf(2, n - 1):.0%} of the time"
                  if n >= 2 else "") + "; read a verdict together with its MDE."]
-    if study.pilot_sd is not None:
-        sd_d = study.pilot_sd / 100
-        planned = mde(sd_d / n ** 0.5, n - 1) if n >= 2 else None
-        need = seeds_needed(sd_d, study.equivalence_margin)
-        lines += ["", f"Planned (study file `pilot_sd`: a pilot's sd of per-seed paired differences, "
-                  f"{study.pilot_sd:g} points): {n} seeds give an MDE of "
-                  f"{'-' if planned is None else f'{100 * planned:.1f}'} points; an MDE of the equivalence margin "
-                  f"({100 * study.equivalence_margin:g} points) needs {need or 'more than 10,000'} seeds. The column "
-                  "*planned MDE* is the one the seeds a finding has give."]
+    if pilot is not None:
+        v = (pilot["v_seed"], pilot["v_problem"], pilot["v_res"])
+        p = pilot["n_problems"]
+        planned = planned_mde(*v, n, p) if n >= 2 else None
+        need = seeds_needed(*v, p, study.equivalence_margin)
+        lines += ["", f"Planned from the pilot (study file `pilot`: {pilot['a']} vs {pilot['b']}, greedy, seeds "
+                  f"{', '.join(map(str, pilot['seeds']))}, {p} problems): variance components of one problem's "
+                  f"paired difference: seed {1e4 * v[0]:.2f}, problem {1e4 * v[1]:.1f}, residual {1e4 * v[2]:.0f} "
+                  f"(points²; the problems' share of the SE, problem / P, is what more seeds cannot remove). "
+                  f"{n} seeds x {p} problems give an MDE of {'-' if planned is None else f'{100 * planned:.1f}'} "
+                  f"points; an MDE of the equivalence margin ({100 * study.equivalence_margin:g} points) needs "
+                  f"{need or 'more than 1,000'} seeds. The column *planned MDE* is the one a finding's seeds and "
+                  "problems give (its accuracy metric's components taken as greedy's)."]
     lines += ["", "| paper's claim | source | comparison | difference | seeds | sd of d_s | SE (kind, df) "
               "| paired SE over problems (one seed) | MDE | planned MDE | verdict |",
               "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -207,7 +211,7 @@ def cost_section(runs: list[dict], workers: tuple[int, ...] = (1, 2, 4)) -> list
 
 def render(study: Study, rows: list[dict], findings: list[dict], figures: dict[str, str], results: dict,
            report_dir: Path, fit: list[dict] | None = None, code: list[dict] | None = None,
-           health_rows: list[dict] | None = None) -> str:
+           health_rows: list[dict] | None = None, pilot: dict | None = None) -> str:
     runs = [r for v in results.values() for r in v.values()]
     wall = sum(r.get("wall_s", 0.0) for r in runs)
     gflops = sorted({r.get("matmul_gflops") for r in runs if r.get("matmul_gflops")})
@@ -238,7 +242,7 @@ def render(study: Study, rows: list[dict], findings: list[dict], figures: dict[s
               "seeds); k = the samples drawn per problem (maj@k votes over them, pass@k: any is right). Each variant's "
               "SFT model (the one it started from) is evaluated alike: "
               + "; ".join(f"{r['variant']} {fmt(r['sft_greedy'])}" for r in rows) + ".", "",
-              *findings_section(study, findings), "", *fits_section(fit or []), "",
+              *findings_section(study, findings, pilot), "", *fits_section(fit or []), "",
               *health_section(health_rows or []), "", *cost_section(runs), "", *code_section(code or [])]
     lines += ["", "## Figures", ""]
     for name, path in figures.items():

@@ -39,6 +39,7 @@ from dsmath.study.stats import (
     mean,
     metric_of,
     paired_difference,
+    pilot_components,
 )
 
 
@@ -90,6 +91,18 @@ def fit_rows(results: dict[str, dict[int, dict]], study: Study) -> list[dict]:
         rows.append({"variant": name, "mode": runs[seed]["mode"], "samples_per_step": per_step,
                      **fits.fit_seeds(curves)})
     return rows
+
+
+def pilot_row(study: Study, results: dict[str, dict[int, dict]]) -> dict | None:
+    """The variance components of the study's pilot (its two arms' greedy differences over the seeds both ran), or
+    None without a pilot or its runs."""
+    if study.pilot is None:
+        return None
+    a, b = study.pilot
+    if a not in results or b not in results:
+        return None
+    comp = pilot_components(results[a], results[b], next(iter(results[a].values()))["mode"])
+    return None if comp is None else comp | {"a": a, "b": b}
 
 
 def health_rows(results: dict[str, dict[int, dict]], study: Study) -> list[dict]:
@@ -186,7 +199,8 @@ def build_study_report(study: Study, parent=None) -> dict:
     fig_dir.mkdir(parents=True, exist_ok=True)
     labels = {v: study.variants[v].label for v in study.variants}
     rows = variant_rows(results, study)
-    findings = [finding_row(f, results, study.equivalence_margin, study.pilot_sd) for f in study.findings]
+    pilot = pilot_row(study, results)
+    findings = [finding_row(f, results, study.equivalence_margin, pilot) for f in study.findings]
     fit, code, health_table = fit_rows(results, study), code_status(study, results), health_rows(results, study)
     curves, ks = curve_rows(results), k_rows(results)
     write_csv(fig_dir / "curves.csv", curves)
@@ -207,7 +221,7 @@ def build_study_report(study: Study, parent=None) -> dict:
         plot_k(ks, [v for v in study.variants if v in results], labels).savefig(path, dpi=110)
         figures["maj@k and pass@k vs k"] = str(path)
     report.write_text(render(study, rows, findings, figures, results, report.parent, fit, code,
-                             health_table))
+                             health_table, pilot))
     table = [{"variant": r["variant"], "mode": r["mode"], "seeds": len(r["seeds"]),
               "greedy_mean": r["greedy"][0], "greedy_sd": r["greedy"][1], "gain": r["gain"],
               "gain_se": r["gain_se"], "gain_paired_se": r["gain_paired_se"], "s_per_step": r["s_per_step"],

@@ -80,7 +80,7 @@ class Study:
     report: str = "reports/study.md"
     profile: str = "params.yaml"  # the params file the variants overlay
     equivalence_margin: float = DEFAULT_EQUIVALENCE_MARGIN  # `expect: same` holds when difference +- 2 SE lies within
-    pilot_sd: float | None = None  # sd of per-seed paired differences (accuracy points) a pilot measured: planned MDE
+    pilot: tuple[str, str] | None = None  # the pilot's two arms (a, b): their runs' variance components plan MDEs
     code_root: str | None = None  # the DVC project whose dvc.yaml and code the code key reads (None: codekey's default)
     chain: list[str] = field(default_factory=list)  # stages shared by the runs, built once before them (default_chain)
     jobs: int = 1  # runs at once on this machine (each with cores / jobs threads); `--jobs` / `make study JOBS=N`
@@ -187,14 +187,15 @@ def variant_params(study: Study, variant: str, seed: int, params_file: str | Pat
         raise ParamsError(f"study {study.name}, variant {variant}: {err}") from None
 
 
-def _pilot_sd(path: Path, value: Any) -> float | None:
-    """The study file's `pilot_sd`: a positive number of accuracy points (1.6 = 1.6 points), or absent."""
+def _pilot(path: Path, value: Any, variants: dict) -> tuple[str, str] | None:
+    """The study file's `pilot`: {a: variant, b: variant}, the two arms whose runs (the first sitting) measure the
+    variance the study's MDEs are planned from; or absent."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 100 or value != value:
-        raise ParamsError(f"{path}: pilot_sd must be a number of accuracy points in (0, 100] (the sd of per-seed "
-                          f"paired differences a pilot measured; got {value!r})")
-    return float(value)
+    if not isinstance(value, dict) or set(value) != {"a", "b"} or not all(v in variants for v in value.values()):
+        raise ParamsError(f"{path}: pilot must be {{a: <variant>, b: <variant>}}, two of the study's variants "
+                          f"(the pilot's arms; got {value!r})")
+    return str(value["a"]), str(value["b"])
 
 
 def _jobs(path: Path, value: Any) -> int:
@@ -227,7 +228,7 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
     except FileNotFoundError:
         raise ParamsError(f"{p}: study file not found") from None
     known = {"name", "seeds", "targets", "shared", "variants", "figures", "findings", "results", "report",
-             "equivalence_margin", "pilot_sd", "chain", "jobs", "cluster"}
+             "equivalence_margin", "pilot", "chain", "jobs", "cluster"}
     if extra := sorted(set(raw) - known):
         raise ParamsError(f"{p}: unknown keys {', '.join(extra)} (allowed: {', '.join(sorted(known))})")
     variants = {}
@@ -251,7 +252,7 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
                   results=str(raw.get("results") or f"study/{raw.get('name') or p.stem}"),
                   report=str(raw.get("report") or "reports/study.md"), profile=str(params_file),
                   equivalence_margin=float(raw.get("equivalence_margin", DEFAULT_EQUIVALENCE_MARGIN)),
-                  pilot_sd=_pilot_sd(p, raw.get("pilot_sd")), chain=list(raw.get("chain") or []),
+                  pilot=_pilot(p, raw.get("pilot"), variants), chain=list(raw.get("chain") or []),
                   jobs=_jobs(p, raw.get("jobs", 1)), cluster=_cluster(p, raw.get("cluster")))
     for f in findings:
         for v in (f.a, f.b):

@@ -71,19 +71,18 @@ def mde(se: float | None, df: float | None = None, alpha: float = ALPHA, power: 
     return (t_quantile(1 - alpha / 2, df) + t_quantile(power, df)) * se
 
 
-def seeds_needed(sd_d: float, target_mde: float, alpha: float = ALPHA, power: float = POWER,
-                 max_n: int = 10_000) -> int | None:
-    """The fewest seeds n (>= 2) whose seed-blocked analysis detects `target_mde`: the smallest n with
-    (t_{1-alpha/2,n-1} + t_{power,n-1}) * sd_d / sqrt(n) <= target_mde, for `sd_d` the sd of the per-seed paired
-    differences (a pilot's); None when more than `max_n` would be needed.
+def seeds_needed(v_seed: float, v_problem: float, v_res: float, p: int, target_mde: float,
+                 max_n: int = 1_000) -> int | None:
+    """The fewest seeds n (>= 2) whose analysis over n seeds x `p` problems (:func:`planned_mde`, a pilot's variance
+    components) detects `target_mde` at 80% power; None when more than `max_n` would not, e.g. when the problems'
+    share v_problem / p alone exceeds it (more seeds cannot remove it: it takes more test problems).
 
-    >>> seeds_needed(0.016, 0.02)  # sd 1.6 points, target 2 points: 7 seeds give 2.03, 8 give 1.84
-    8
+    >>> seeds_needed(0.0003, 0.0, 0.05, 1000, 0.03)  # seed sd 1.7 points, flip noise 22 points per problem
+    6
     """
-    if sd_d <= 0:
-        return 2
     for n in range(2, max_n + 1):
-        if mde(sd_d / math.sqrt(n), n - 1, alpha, power) <= target_mde:
+        m = planned_mde(v_seed, v_problem, v_res, n, p)
+        if m is not None and m <= target_mde:
             return n
     return None
 
@@ -102,6 +101,32 @@ def seed_blocked(diffs: list[float]) -> dict:
             "df": n - 1 if n >= 2 else None}
 
 
+def mean_squares(table: list[list[float]]) -> tuple[float, float, float]:
+    """MS_seed (df n - 1), MS_problem (df P - 1) and MS_res (df (n - 1)(P - 1)) of an n seeds x P problems table
+    (the two-way layout without replication)."""
+    n, p = len(table), len(table[0])
+    grand = sum(map(sum, table)) / (n * p)
+    rows = [sum(r) / p for r in table]
+    cols = [sum(table[s][j] for s in range(n)) / n for j in range(p)]
+    ms_seed = p * sum((x - grand) ** 2 for x in rows) / (n - 1)
+    ms_prob = n * sum((x - grand) ** 2 for x in cols) / (p - 1)
+    ms_res = sum((table[s][j] - rows[s] - cols[j] + grand) ** 2 for s in range(n) for j in range(p)) / (
+        (n - 1) * (p - 1))
+    return ms_seed, ms_prob, ms_res
+
+
+def crossed_se(ms_seed: float, ms_prob: float, ms_res: float, n: int, p: int) -> tuple[float, float | None]:
+    """SE of the table's mean and its Satterthwaite df from the three mean squares (see :func:`crossed`):
+    n P Var = [MS_seed - MS_res]+ + [MS_problem - MS_res]+ + MS_res."""
+    shown = ms_res * (1 + 1e-9) + 1e-15  # a component shows when its mean square exceeds the residual's (not by
+    k_seed, k_prob = float(ms_seed > shown), float(ms_prob > shown)  # rounding): the others are zero
+    k_res = 1.0 - k_seed - k_prob
+    total = k_seed * ms_seed + k_prob * ms_prob + k_res * ms_res
+    denom = ((k_seed * ms_seed) ** 2 / (n - 1) + (k_prob * ms_prob) ** 2 / (p - 1)
+             + (k_res * ms_res) ** 2 / ((n - 1) * (p - 1)))
+    return math.sqrt(max(total, 0.0) / (n * p)), (total ** 2 / denom if denom > 0 else None)
+
+
 def crossed(table: list[list[float]]) -> dict:
     """The mean of a seeds x problems table of paired differences d[s][p] and its standard error under the two-way
     random-effects model (seed, problem, residual; each seed runs every problem): Var(mean) = v_seed / n +
@@ -117,22 +142,27 @@ def crossed(table: list[list[float]]) -> dict:
     (0.375, 0.3146, 3.0)
     """
     n, p = len(table), len(table[0])
-    grand = sum(map(sum, table)) / (n * p)
-    rows = [sum(r) / p for r in table]
-    cols = [sum(table[s][j] for s in range(n)) / n for j in range(p)]
-    ms_seed = p * sum((x - grand) ** 2 for x in rows) / (n - 1)
-    ms_prob = n * sum((x - grand) ** 2 for x in cols) / (p - 1)
-    ms_res = sum((table[s][j] - rows[s] - cols[j] + grand) ** 2 for s in range(n) for j in range(p)) / (
-        (n - 1) * (p - 1))
-    df_res = (n - 1) * (p - 1)
-    shown = ms_res * (1 + 1e-9) + 1e-15  # a component shows when its mean square exceeds the residual's (not by
-    k_seed, k_prob = float(ms_seed > shown), float(ms_prob > shown)  # rounding): the others are zero
-    k_res = 1.0 - k_seed - k_prob  # n P Var = k_seed MS_seed + k_prob MS_problem + k_res MS_res
-    total = k_seed * ms_seed + k_prob * ms_prob + k_res * ms_res
-    denom = (k_seed * ms_seed) ** 2 / (n - 1) + (k_prob * ms_prob) ** 2 / (p - 1) + (k_res * ms_res) ** 2 / df_res
-    return {"diff": grand, "se": math.sqrt(max(total, 0.0) / (n * p)),
-            "df": total ** 2 / denom if denom > 0 else None, "ms_seed": ms_seed, "ms_problem": ms_prob,
-            "ms_res": ms_res, "n_problems": p}
+    ms_seed, ms_prob, ms_res = mean_squares(table)
+    se, df = crossed_se(ms_seed, ms_prob, ms_res, n, p)
+    return {"diff": sum(map(sum, table)) / (n * p), "se": se, "df": df, "ms_seed": ms_seed, "ms_problem": ms_prob,
+            "ms_res": ms_res, "n_problems": p, "n_seeds": n,
+            "v_seed": max(ms_seed - ms_res, 0.0) / p, "v_problem": max(ms_prob - ms_res, 0.0) / n, "v_res": ms_res}
+
+
+def planned_se(v_seed: float, v_problem: float, v_res: float, n: int, p: int) -> tuple[float, float | None]:
+    """The SE and df :func:`crossed` expects for n seeds x P problems given variance components (a pilot's): the
+    expected mean squares P v_seed + v_res, n v_problem + v_res and v_res through :func:`crossed_se`.
+
+    >>> se, df = planned_se(0.0, 0.0, 0.05, 5, 1000)  # flip noise alone: sqrt(0.05 / 5000) on 3996 df
+    >>> round(se, 5), df
+    (0.00316, 3996.0)
+    """
+    return crossed_se(p * v_seed + v_res, n * v_problem + v_res, v_res, n, p)
+
+
+def planned_mde(v_seed: float, v_problem: float, v_res: float, n: int, p: int) -> float | None:
+    """The MDE at 80% power :func:`planned_se` gives for n seeds x P problems."""
+    return mde(*planned_se(v_seed, v_problem, v_res, n, p)) if n >= 2 and p >= 2 else None
 
 
 def paired_difference(a_runs: dict[int, dict], b_runs: dict[int, dict], metric: str, mode: str,
@@ -185,6 +215,22 @@ def paired_difference(a_runs: dict[int, dict], b_runs: dict[int, dict], metric: 
     return out
 
 
+def pilot_components(a_runs: dict[int, dict], b_runs: dict[int, dict], mode: str) -> dict | None:
+    """A pilot's variance components of greedy accuracy differences (a - b) from its runs' per-problem results
+    (:func:`crossed` over the seeds both have; None with fewer than two)."""
+    seeds = sorted(set(a_runs) & set(b_runs))
+    tables = []
+    for s in seeds:
+        ta, tb = per_problem(a_runs[s], "greedy", mode), per_problem(b_runs[s], "greedy", mode)
+        if ta is None or tb is None:
+            return None
+        tables.append({i: ta[i] - tb[i] for i in set(ta) & set(tb)})
+    common = sorted(set.intersection(*(set(t) for t in tables))) if tables else []
+    if len(tables) < 2 or len(common) < 2:
+        return None
+    return crossed([[t[i] for i in common] for t in tables]) | {"seeds": seeds}
+
+
 def critical(df: float | None = None) -> float:
     """How many standard errors a difference must exceed: 2 (the project's rule, the normal's 1.96 rounded up), or
     Student's t_{0.975, df} where that is larger (few seeds: with 2 seeds, df 1, it is 12.7; with 7 seeds 2.45), so
@@ -221,11 +267,11 @@ def verdict(diff: float | None, se: float | None, lower_is_better: bool = False,
 
 
 def finding_row(f: Finding, results: dict[str, dict[int, dict]],
-                margin: float = DEFAULT_EQUIVALENCE_MARGIN, pilot_sd: float | None = None) -> dict:
+                margin: float = DEFAULT_EQUIVALENCE_MARGIN, pilot: dict | None = None) -> dict:
     """One claim's seed-blocked difference (:func:`paired_difference`), its SE, the MDE at 80% power its seeds give
-    (`mde`), the verdict by :func:`verdict`, and with a pilot's sd of per-seed paired differences (`pilot_sd`, in
-    accuracy points; accuracies only) the MDE planned for its number of seeds (`planned_mde`). Every comparison is
-    of `a` and `b` alone: no other variant's seed variance enters it."""
+    (`mde`), the verdict by :func:`verdict`, and with a pilot's variance components (`pilot`, from
+    :func:`pilot_components`; accuracies with per-problem results only) the MDE planned for its seeds and problems
+    (`planned_mde`). Every comparison is of `a` and `b` alone: no other variant's seed variance enters it."""
     if f.a not in results or (f.b not in results and f.b != "sft"):
         return {"finding": f, "diff": None, "se": None, "mde": None, "planned_mde": None, "verdict": "not run"}
     mode = next(iter(results[f.a].values()))["mode"]
@@ -234,7 +280,7 @@ def finding_row(f: Finding, results: dict[str, dict[int, dict]],
     else:
         d = paired_difference(results[f.a], results[f.b], f.metric, mode)
     planned = None
-    if pilot_sd is not None and f.metric not in COST_METRICS and d["n_seeds"] >= 2:
-        planned = mde(pilot_sd / 100 / math.sqrt(d["n_seeds"]), d["n_seeds"] - 1)
+    if pilot is not None and d.get("se_kind") == "seeds x problems":
+        planned = planned_mde(pilot["v_seed"], pilot["v_problem"], pilot["v_res"], d["n_seeds"], d["n_problems"])
     return {"finding": f, "mode": mode, **d, "mde": mde(d["se"], d["df"]), "planned_mde": planned,
             "verdict": verdict(d["diff"], d["se"], f.lower_is_better, f.expect, margin, d.get("df"))}
