@@ -146,7 +146,8 @@ def health_section(rows: list[dict]) -> list[str]:
         a, b = r.get(f"{key}/start"), r.get(f"{key}/end")
         if a is None or b is None:
             return "-"
-        return f"{scale * a:.{digits}f} -> {scale * b:.{digits}f}"
+        return " -> ".join(f"{scale * x:.{digits}f}".replace("-0." + "0" * digits, "0." + "0" * digits)
+                           for x in (a, b))  # no "-0.0000" for a tiny negative estimate
 
     lines = ["## Health of the RL runs", "",
              f"Per variant, the mean of each signal over the first {w} and the last {w} RL steps (first -> last), "
