@@ -49,6 +49,12 @@ def test_verdict_rule():
     assert stats.verdict(0.05, 0.02, df=1) == "inconclusive" and stats.verdict(0.26, 0.02, df=1) == "holds"
     assert stats.verdict(0.048, 0.02, df=6) == "inconclusive" and stats.verdict(0.05, 0.02, df=6) == "holds"
     assert stats.verdict(0.05, 0.02, df=1000) == "holds"
+    # a claimed advantage that is neither shown nor refuted, but bounded: |d| + 2 SE inside the margin -> equivalent
+    assert stats.verdict(0.004, 0.004, margin=0.02) == "equivalent"  # 0.004 + 0.008 = 0.012 <= 0.02
+    assert stats.verdict(-0.005, 0.004, margin=0.02) == "equivalent"  # the other way round: 0.013
+    assert stats.verdict(0.01, 0.006, margin=0.02) == "inconclusive"  # 0.022: too uncertain to bound
+    assert stats.verdict(0.004, 0.004, margin=None) == "inconclusive"  # costs: no margin
+    assert stats.verdict(0.004, 0.004, df=2, margin=0.02) == "inconclusive"  # t_.975,2 = 4.30: 0.0212
 
 
 def test_a_finding_is_blocked_on_the_seed_of_its_two_arms_alone():

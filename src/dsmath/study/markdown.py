@@ -56,10 +56,12 @@ def findings_section(study: Study, findings: list[dict], pilot: dict | None = No
 
     n = len(study.seeds)
     lines = ["## Findings", "",
-             "Rule: the claimed direction exceeds the other by more than 2 standard errors -> **holds**; the opposite "
-             "by more than 2 -> **does not hold**; else **inconclusive**. A claim of no difference: more than 2 SE "
-             "apart -> **does not hold**; the interval difference ± 2 SE inside "
-             f"±{_scaled(study.equivalence_margin, 100.0)} points -> **holds**; else **inconclusive**.", "",
+             "Rule: the claimed direction exceeds the other by more than 2 standard errors (Student's t where "
+             "the df are few) -> **holds**; the opposite by more than 2 -> **does not hold**; neither, but the "
+             f"interval difference ± 2 SE inside ±{_scaled(study.equivalence_margin, 100.0)} points -> "
+             "**equivalent** (any advantage is smaller than that: the claim does not hold at this scale); else "
+             "**inconclusive**. A claim of no difference: more than 2 SE apart -> **does not hold**; the interval "
+             "inside the margin -> **holds**; else **inconclusive**. Costs have no equivalence margin.", "",
              "The comparison is blocked on the seed: a seed is the same prompt order and sampling stream in both "
              "arms, so for each seed s both have, d_s = a(s) - b(s) (against the SFT model: a's run minus the SFT "
              "model it started from). Difference = mean d_s. Only the two arms enter it. SE (kind *seeds x "

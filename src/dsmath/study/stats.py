@@ -243,19 +243,22 @@ def critical(df: float | None = None) -> float:
 
 
 def verdict(diff: float | None, se: float | None, lower_is_better: bool = False, expect: str = "better",
-            margin: float = DEFAULT_EQUIVALENCE_MARGIN, df: float | None = None) -> str:
+            margin: float | None = DEFAULT_EQUIVALENCE_MARGIN, df: float | None = None) -> str:
     """The rule every finding is judged by, with c = :func:`critical` (df) standard errors (2 for many seeds).
     `better`: the claimed direction beats the other by more than c SE -> holds; the opposite direction by more than
-    c -> does not hold; otherwise (or no SE) -> inconclusive. `same` (no difference claimed): |difference| > c SE ->
-    does not hold; the whole interval difference +- c SE inside +- `margin` -> holds (equivalence shown); otherwise
-    inconclusive (too uncertain to tell)."""
+    c -> does not hold; neither, but the whole interval difference +- c SE inside +- `margin` -> equivalent (any
+    advantage is smaller than the margin: a decision against the claim at this scale); otherwise (or no SE) ->
+    inconclusive. `same` (no difference claimed): |difference| > c SE -> does not hold; the interval inside +-
+    `margin` -> holds (equivalence shown); otherwise inconclusive (too uncertain to tell). `margin` None (costs,
+    which have no accuracy margin): no equivalence verdict."""
     if diff is None or se is None:
         return "inconclusive"
     c = critical(df)
+    within = margin is not None and abs(diff) + c * se <= margin
     if expect == "same":
         if abs(diff) > c * se:
             return "does not hold"
-        return "holds" if abs(diff) + c * se <= margin else "inconclusive"
+        return "holds" if within else "inconclusive"
     signed = -diff if lower_is_better else diff
     if se == 0:
         return "holds" if signed > 0 else "does not hold" if signed < 0 else "inconclusive"
@@ -263,7 +266,7 @@ def verdict(diff: float | None, se: float | None, lower_is_better: bool = False,
         return "holds"
     if signed < -c * se:
         return "does not hold"
-    return "inconclusive"
+    return "equivalent" if within else "inconclusive"
 
 
 def finding_row(f: Finding, results: dict[str, dict[int, dict]],
@@ -283,4 +286,5 @@ def finding_row(f: Finding, results: dict[str, dict[int, dict]],
     if pilot is not None and d.get("se_kind") == "seeds x problems":
         planned = planned_mde(pilot["v_seed"], pilot["v_problem"], pilot["v_res"], d["n_seeds"], d["n_problems"])
     return {"finding": f, "mode": mode, **d, "mde": mde(d["se"], d["df"]), "planned_mde": planned,
-            "verdict": verdict(d["diff"], d["se"], f.lower_is_better, f.expect, margin, d.get("df"))}
+            "verdict": verdict(d["diff"], d["se"], f.lower_is_better, f.expect,
+                               None if f.metric in COST_METRICS else margin, d.get("df"))}
