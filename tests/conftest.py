@@ -78,3 +78,13 @@ def chain(tmp_path_factory):
         os.chdir(cwd)
         os.environ.update({k: v for k, v in saved.items() if v is not None})
     return tmp
+
+
+@pytest.fixture(scope="session")
+def repo(tmp_path_factory):
+    """The end-to-end tests' project: a copy of this one with the smoke profile as params.yaml, fully built once per
+    session (`smoke_project.build`: `make repro`) and shared by tests/e2e's modules. Tests that change it (a param,
+    a run) restore it or work on a copy of their own."""
+    from smoke_project import build
+
+    return build(tmp_path_factory.mktemp("clone"))

@@ -1,9 +1,9 @@
 """The whole chain on the smoke profile, in a temporary copy of the project: DVC, Prefect and MLflow together.
 
-The session's one build of the smoke project (conftest.py's `repo`: `python -m dsmath.orchestration.pipeline`, i.e.
-`make repro`: `dvc repro` inside an MLflow parent run) is shared by the tests below, which check idempotence, what a
-param change re-runs, the Prefect flow, the MLflow run tree and registry, and that bad params fail before anything is
-touched. The study's end-to-end tests on the same build are in test_study_smoke.py.
+The session's one build of the smoke project (tests/conftest.py's `repo`: `python -m dsmath.orchestration.pipeline`,
+i.e. `make repro`: `dvc repro` inside an MLflow parent run) is shared by the tests below, which check idempotence,
+what a param change re-runs, the Prefect flow, the MLflow run tree and registry, and that bad params fail before
+anything is touched. The study's end-to-end tests on the same build are in test_study_smoke.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The study end to end on the smoke project (conftest.py's `repo`): configs/study-smoke.yaml (two variants, two
+"""The study end to end on the smoke project (tests/conftest.py's `repo`): configs/study-smoke.yaml (two variants, two
 seeds) run two at once, killed mid-variant and resumed through the Prefect flow; then grpo's two seeds on a Prefect
 work pool of two workers, one killed as if its machine died, which must record what the local study recorded.
 """

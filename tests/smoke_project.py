@@ -1,6 +1,6 @@
 """The smoke project the end-to-end tests share: a copy of this project with the smoke profile as params.yaml, built
 once per test session (`python -m dsmath.orchestration.pipeline`, i.e. `make repro`: `dvc repro` inside an MLflow
-parent run; the `repo` fixture of conftest.py), and the helpers that run commands in it."""
+parent run; the `repo` fixture of tests/conftest.py), and the helpers that run commands in it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SEEDS = (1234, 1235)  # common.rl_seeds of the smoke profile: one rl@<seed> stage each
 CHAIN = ["corpus", "tokenizer", "base", "evaluate@base", "pretrain", "evaluate@pretrain", "sft", "evaluate@sft",
