@@ -120,8 +120,7 @@ def backfill(study, on_line=print, variants: list[str] | None = None, seeds: lis
     """Give every record of `study` (of `variants` x `seeds` when given) that has no health curve the one its run
     logged to the MLflow store (found by the run's study tags); returns how many records were filled. The record's
     key is left as it is."""
-    from dsmath.study.runner import write_record
-    from dsmath.study.spec import variant_params
+    from dsmath.study.spec import variant_params, write_record
 
     runs = study.runs(variants, seeds)
     if not runs:

@@ -30,7 +30,6 @@ import contextlib
 import csv
 import dataclasses
 import json
-import os
 import re
 import subprocess
 import sys
@@ -44,7 +43,7 @@ from typing import Any
 from dsmath.config import load_raw, seed_dir
 from dsmath.runtime import provenance, tracking
 from dsmath.study import health, workspace
-from dsmath.study.spec import Study, variant_params
+from dsmath.study.spec import Study, variant_params, write_record
 
 _MLFLOW = threading.Lock()  # runs finish on several threads; their MLflow calls go one at a time
 
@@ -177,13 +176,6 @@ def current_record(study: Study, variant: str, seed: int) -> dict | None:
         return None
     record = json.loads(out.read_text())
     return record if record.get("key") == study.run_key(variant, seed) else None
-
-
-def write_record(out: Path, result: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, out)  # atomic: a kill leaves either no record or a whole one
 
 
 def open_parent(study: Study, params) -> tracking.StageRun:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -269,3 +270,11 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
         for seed in seeds:
             variant_params(study, name, seed, params_file)
     return study
+
+
+def write_record(out: Path, result: dict) -> None:
+    """Write a run's result record at `out` (a study's :meth:`Study.result_path`)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    os.replace(tmp, out)  # atomic: a kill leaves either no record or a whole one
