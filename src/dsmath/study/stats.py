@@ -211,24 +211,17 @@ def paired_difference(a_runs: dict[int, dict], b_runs: dict[int, dict], metric: 
     if len(common) >= 2:
         c = crossed([[t[i] for i in common] for t in tables])
         out |= {"se": c["se"], "df": c["df"], "se_kind": "seeds x problems", "n_problems": c["n_problems"],
-                "diff_common": c["diff"]}
+                "diff_common": c["diff"], "v_seed": c["v_seed"], "v_problem": c["v_problem"], "v_res": c["v_res"]}
     return out
 
 
 def pilot_components(a_runs: dict[int, dict], b_runs: dict[int, dict], mode: str) -> dict | None:
     """A pilot's variance components of greedy accuracy differences (a - b) from its runs' per-problem results
     (:func:`crossed` over the seeds both have; None with fewer than two)."""
-    seeds = sorted(set(a_runs) & set(b_runs))
-    tables = []
-    for s in seeds:
-        ta, tb = per_problem(a_runs[s], "greedy", mode), per_problem(b_runs[s], "greedy", mode)
-        if ta is None or tb is None:
-            return None
-        tables.append({i: ta[i] - tb[i] for i in set(ta) & set(tb)})
-    common = sorted(set.intersection(*(set(t) for t in tables))) if tables else []
-    if len(tables) < 2 or len(common) < 2:
+    d = paired_difference(a_runs, b_runs, "greedy", mode)
+    if d.get("se_kind") != "seeds x problems":
         return None
-    return crossed([[t[i] for i in common] for t in tables]) | {"seeds": seeds}
+    return {k: d[k] for k in ("v_seed", "v_problem", "v_res", "n_problems", "seeds")}
 
 
 def critical(df: float | None = None) -> float:
