@@ -13,6 +13,7 @@ from study_records import record as _record
 from dsmath.config import ParamsError
 from dsmath.study import report as sr
 from dsmath.study import stats
+from dsmath.study.markdown import _own_seeds
 from dsmath.study.runner import exp_command, hydra_value
 from dsmath.study.spec import Finding, apply, dotted_to_nested, load_study, variant_params
 
@@ -93,6 +94,24 @@ def test_run_order_keys_and_names():
         study.runs(["ppo"])
 
 
+def test_a_variant_may_run_more_seeds_than_the_study_but_not_fewer(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = ("name: t\nseeds: [1, 2]\nresults: res\nvariants:\n  grpo: {overrides: {}, seeds: [1, 2, 3]}\n"
+            "  ppo: {overrides: {rl.algorithm: ppo}}\n")
+    study = load_study(_write(tmp_path, text), ROOT / "params.yaml")
+    assert study.runs() == [("grpo", 1), ("grpo", 2), ("grpo", 3), ("ppo", 1), ("ppo", 2)]
+    assert study.seeds_of("grpo") == [1, 2, 3] and study.seeds_of("ppo") == [1, 2]
+    assert study.runs(seeds=[3]) == [("grpo", 3)]
+    # the report's head names the extra seeds; a finding pairs the seeds both arms ran (paired_difference)
+    results = {"grpo": {1: {}, 2: {}, 3: {}}, "ppo": {1: {}, 2: {}}}
+    assert _own_seeds(study, results) == "; grpo also 3" and _own_seeds(study, {"ppo": {1: {}}}) == ""
+    with pytest.raises(ParamsError, match=r"variant ppo: its seeds must include the study's \(lacks \[2\]\)"):
+        load_study(_write(tmp_path, text.replace("rl.algorithm: ppo}}", "rl.algorithm: ppo}, seeds: [1]}")),
+                   ROOT / "params.yaml")
+    with pytest.raises(ParamsError, match="variant grpo: unknown keys seed "):
+        load_study(_write(tmp_path, text.replace("seeds: [1, 2, 3]", "seed: [1, 2, 3]")), ROOT / "params.yaml")
+
+
 def test_override_values_in_dvcs_grammar():
     assert hydra_value(None) == "null" and hydra_value(True) == "true" and hydra_value(0.28) == "0.28"
     assert hydra_value(1e-4) == "0.0001" and hydra_value(5e-5) == "5e-05"
@@ -162,9 +181,12 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
     md = Path(out["report"]).read_text()
     row = next(line for line in md.splitlines() if line.startswith("| grpo ("))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[3] == f"{87.5:.1f} ± {100 * math.sqrt(2 * 0.125 ** 2):.1f}"  # greedy 1.0 and 0.75
-    assert cells[4] == "75.0 ± 0.0" and cells[7] == "2.10"
-    assert cells[6].startswith("+62.5")  # gain over SFT 0.25: (1 + .75) / 2 - .25
+    assert cells[3] == "2"  # seeds
+    assert cells[4] == f"{87.5:.1f} ± {100 * math.sqrt(2 * 0.125 ** 2):.1f}"  # greedy 1.0 and 0.75
+    assert cells[5] == "75.0 ± 0.0" and cells[8] == "2.10"
+    assert cells[7].startswith("+62.5")  # gain over SFT 0.25: (1 + .75) / 2 - .25
+    assert "The rule's 2 SE widen to Student's t_{0.975,df} SE where that is larger (kind *seeds* with 2 seeds: " \
+        "12.71 SE)" in md
     verdicts = {f["claim"]: f["verdict"] for f in out["findings"]}
     # blocked on the seed: greedy d_s = 1 - .5 and .75 - .5, mean .375; per problem d = (1, 0, 1, 0) and
     # (1, 1, 0, -1): MS_seed .125 < MS_res .458333 (no seed component), MS_problem .791667: SE sqrt(.791667 / 8) =
