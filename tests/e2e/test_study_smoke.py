@@ -121,7 +121,8 @@ def test_study_report_equals_the_run_records_and_mlflow(repo, study):
         mode = runs[0]["mode"]
         k = max(int(x.rsplit("@", 1)[1]) for x in runs[0]["eval"] if x.startswith(f"synthetic/{mode}/maj@"))
         cells = table[variant]
-        for col, metric in ((3, "greedy"), (4, f"maj@{k}"), (5, f"pass@{k}")):
+        assert cells[3] == str(len(SEEDS))
+        for col, metric in ((4, "greedy"), (5, f"maj@{k}"), (6, f"pass@{k}")):
             assert cells[col] == cell([r["eval"][f"synthetic/{mode}/{metric}"] for r in runs]), (variant, metric)
         for seed, r in zip(SEEDS, runs, strict=True):
             greedy = r["eval"][f"synthetic/{mode}/greedy"]
@@ -146,6 +147,11 @@ def test_study_report_equals_the_run_records_and_mlflow(repo, study):
     findings = [line for line in report.splitlines() if line.startswith("| GRPO beats Online RFT")]
     assert len(findings) == 1 and any(v in findings[0] for v in ("holds", "does not hold", "inconclusive"))
     assert "## Health of the RL runs" in report and "| grpo | 2 |" in report.split("## Health of the RL runs")[1]
+    longest = max(h["response_len_max"] for s in SEEDS for h in records["grpo", s]["health"])
+    cap = yaml.safe_load((repo / "params.yaml").read_text())["rl"]["max_new_tokens"]
+    health_row = next(line for line in report.split("## Health of the RL runs")[1].splitlines()
+                      if line.startswith("| grpo | 2 |"))
+    assert (f"yes ({cap} reached)" if longest >= cap else f"none (<= {longest:.0f} of {cap})") in health_row
 
 
 # ----------------------------------------------------------------------------------------------------------------

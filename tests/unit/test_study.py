@@ -32,7 +32,8 @@ def test_the_default_study_declares_every_comparison_and_validates():
     for v in ("rft", "online_rft", "grpo", "grpo_process", "grpo_iterative", "ppo", "no_math_pretrain", "r1_zero",
               "grpo_tool", "random_reward", "format_only", "dr_grpo", "rloo", "grpo_mu2", "gspo", "dapo"):
         assert v in study.variants, v
-    assert len(study.runs()) == len(study.variants) * len(study.seeds)
+    assert len(study.runs()) == sum(len(study.seeds_of(v)) for v in study.variants)
+    assert all(set(study.seeds) <= set(study.seeds_of(v)) for v in study.variants)
     p = variant_params(study, "r1_zero", 1235, ROOT / "params.yaml")
     assert (p.rl.init, p.rl.mode, p.common.rl_seeds) == ("pretrain", "cot", [1235])
     for v in ("gspo", "dapo"):  # the successors' off-policy arms differ from their mu-2 reference alone

@@ -38,6 +38,9 @@ def test_variant_summary_is_the_seed_mean_over_seeds_with_a_curve():
     assert s["seeds"] == 2
     assert s["zero_std_groups/start"] == pytest.approx(0.3) and s["zero_std_groups/end"] == pytest.approx(0.2)
     assert s["kl/start"] is None
+    assert s["longest_ever"] is None  # no lengths logged
+    runs[1]["health"][0]["response_len_max"], runs[2]["health"][1]["response_len_max"] = 90.0, 131.0
+    assert health.variant_summary(runs, window=1)["longest_ever"] == 131.0  # of any step of any seed
     assert health.variant_summary({1: {"curve": []}}) is None
 
 
@@ -100,6 +103,7 @@ def test_health_is_read_from_the_store_and_fills_old_records_and_the_report(stor
     # first 10 steps: kl mean 0.055, entropy 2 - 5.5/30; last 10 (steps 3-12): kl 0.075, entropy 2 - 7.5/30
     assert cells[4] == "1.82 -> 1.75" and cells[5] == "0.0550 -> 0.0750"
     assert cells[2] == "-"  # flat groups were not logged
+    assert cells[8] == "-"  # truncation unknown: no lengths logged
 
 
 def test_a_resumed_runs_health_joins_its_killed_attempts_steps(store, monkeypatch):

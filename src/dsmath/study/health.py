@@ -55,13 +55,16 @@ def summary(curve: list[dict], window: int = WINDOW) -> dict[str, float | None]:
 
 
 def variant_summary(runs: dict[int, dict], window: int = WINDOW) -> dict[str, float | None] | None:
-    """The mean over a variant's seeds of :func:`summary` (seeds without a health curve left out); None if none
-    has one."""
+    """The mean over a variant's seeds of :func:`summary` (seeds without a health curve left out), and the longest
+    response of any step of any seed (`longest_ever`: below the cap, no output was truncated); None if none has a
+    curve."""
     per_seed = [summary(r["health"], window) for r in runs.values() if r.get("health")]
     if not per_seed:
         return None
+    longest = [x["response_len_max"] for r in runs.values() for x in r.get("health") or []
+               if x.get("response_len_max") is not None]
     return {k: mean([s[k] for s in per_seed if s[k] is not None]) if any(s[k] is not None for s in per_seed)
-            else None for k in per_seed[0]} | {"seeds": len(per_seed)}
+            else None for k in per_seed[0]} | {"seeds": len(per_seed), "longest_ever": max(longest, default=None)}
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -137,6 +137,17 @@ def fits_section(fit: list[dict]) -> list[str]:
     return lines
 
 
+def _truncated(longest: float | None, cap: int | None) -> str:
+    """Whether any response reached the cap: "none (<= 131 of 160)" / "yes (160 reached)"; "-" unknown.
+
+    >>> _truncated(131.0, 160), _truncated(160.0, 160), _truncated(None, 160)
+    ('none (<= 131 of 160)', 'yes (160 reached)', '-')
+    """
+    if longest is None or cap is None:
+        return "-"
+    return f"yes ({cap} reached)" if longest >= cap else f"none (<= {longest:.0f} of {cap})"
+
+
 def health_section(rows: list[dict]) -> list[str]:
     """The health of each arm's RL runs: early -> late means of the signals, seed means."""
     if not rows:
@@ -156,14 +167,16 @@ def health_section(rows: list[dict]) -> list[str]:
              "whose rewards are all equal (no learning signal; DAPO's dynamic sampling counts the groups it drew); "
              "clipped: share of policy tokens whose ratio the clip cut (0 when every step is on-policy, `mu: 1`); "
              "entropy: sampled-token estimate, nats per token; KL: k3 estimate to the reference, per token; length: "
-             "mean and longest response in tokens; format: share of samples with a well-formed answer.", "",
-             "| variant | seeds | flat groups % | clipped % | entropy | KL | mean length | longest | format % "
-             "| grad norm |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "mean and longest response in tokens; truncated: whether any response of any step reached the cap "
+             "(rl.max_new_tokens; none: the longest of all stayed below it, so no output was cut); format: share of "
+             "samples with a well-formed answer.", "",
+             "| variant | seeds | flat groups % | clipped % | entropy | KL | mean length | longest | truncated "
+             "| format % | grad norm |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['variant']} | {r['seeds']} | {arrow(r, 'zero_std_groups', 100.0, 0)} | "
                      f"{arrow(r, 'clip_frac', 100.0, 1)} | {arrow(r, 'entropy')} | {arrow(r, 'kl', 1.0, 4)} | "
                      f"{arrow(r, 'response_len_mean', 1.0, 0)} | {arrow(r, 'response_len_max', 1.0, 0)} | "
-                     f"{arrow(r, 'format_rate', 100.0, 0)} | {arrow(r, 'grad_norm')} |")
+                     f"{_truncated(r.get('longest_ever'), r.get('cap'))} | {arrow(r, 'format_rate', 100.0, 0)} | {arrow(r, 'grad_norm')} |")
     return lines
 
 
