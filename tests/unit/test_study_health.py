@@ -41,6 +41,8 @@ def test_variant_summary_is_the_seed_mean_over_seeds_with_a_curve():
     assert s["longest_ever"] is None  # no lengths logged
     runs[1]["health"][0]["response_len_max"], runs[2]["health"][1]["response_len_max"] = 90.0, 131.0
     assert health.variant_summary(runs, window=1)["longest_ever"] == 131.0  # of any step of any seed
+    assert health.variant_summary(runs, window=1)["capped_steps"] is None  # no cap given
+    assert health.variant_summary(runs, window=1, cap=131)["capped_steps"] == 0.5  # 1 of the 2 steps with a length
     assert health.variant_summary({1: {"curve": []}}) is None
 
 

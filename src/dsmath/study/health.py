@@ -54,17 +54,21 @@ def summary(curve: list[dict], window: int = WINDOW) -> dict[str, float | None]:
     return out
 
 
-def variant_summary(runs: dict[int, dict], window: int = WINDOW) -> dict[str, float | None] | None:
-    """The mean over a variant's seeds of :func:`summary` (seeds without a health curve left out), and the longest
-    response of any step of any seed (`longest_ever`: below the cap, no output was truncated); None if none has a
-    curve."""
+def variant_summary(runs: dict[int, dict], window: int = WINDOW,
+                    cap: int | None = None) -> dict[str, float | None] | None:
+    """The mean over a variant's seeds of :func:`summary` (seeds without a health curve left out), the longest
+    response of any step of any seed (`longest_ever`: below the cap, no output was truncated) and, given the cap
+    (rl.max_new_tokens), the share of steps (all seeds) in which some response reached it (`capped_steps`); None if
+    none has a curve."""
     per_seed = [summary(r["health"], window) for r in runs.values() if r.get("health")]
     if not per_seed:
         return None
     longest = [x["response_len_max"] for r in runs.values() for x in r.get("health") or []
                if x.get("response_len_max") is not None]
+    capped = None if cap is None or not longest else sum(x >= cap for x in longest) / len(longest)
     return {k: mean([s[k] for s in per_seed if s[k] is not None]) if any(s[k] is not None for s in per_seed)
-            else None for k in per_seed[0]} | {"seeds": len(per_seed), "longest_ever": max(longest, default=None)}
+            else None for k in per_seed[0]} | {"seeds": len(per_seed), "longest_ever": max(longest, default=None),
+                                               "capped_steps": capped}
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -137,15 +137,17 @@ def fits_section(fit: list[dict]) -> list[str]:
     return lines
 
 
-def _truncated(longest: float | None, cap: int | None) -> str:
-    """Whether any response reached the cap: "none (<= 131 of 160)" / "yes (160 reached)"; "-" unknown.
+def _truncated(longest: float | None, cap: int | None, capped_steps: float | None = None) -> str:
+    """Whether any response reached the cap: "none (<= 131 of 160)" / "160 reached in 2.5% of steps"; "-" unknown.
 
-    >>> _truncated(131.0, 160), _truncated(160.0, 160), _truncated(None, 160)
-    ('none (<= 131 of 160)', 'yes (160 reached)', '-')
+    >>> _truncated(131.0, 160), _truncated(160.0, 160, 0.025), _truncated(None, 160)
+    ('none (<= 131 of 160)', '160 reached in 2.5% of steps', '-')
     """
     if longest is None or cap is None:
         return "-"
-    return f"yes ({cap} reached)" if longest >= cap else f"none (<= {longest:.0f} of {cap})"
+    if longest < cap:
+        return f"none (<= {longest:.0f} of {cap})"
+    return f"{cap} reached" + ("" if capped_steps is None else f" in {100 * capped_steps:.1f}% of steps")
 
 
 def health_section(rows: list[dict]) -> list[str]:
@@ -167,16 +169,17 @@ def health_section(rows: list[dict]) -> list[str]:
              "whose rewards are all equal (no learning signal; DAPO's dynamic sampling counts the groups it drew); "
              "clipped: share of policy tokens whose ratio the clip cut (0 when every step is on-policy, `mu: 1`); "
              "entropy: sampled-token estimate, nats per token; KL: k3 estimate to the reference, per token; length: "
-             "mean and longest response in tokens; truncated: whether any response of any step reached the cap "
-             "(rl.max_new_tokens; none: the longest of all stayed below it, so no output was cut); format: share of "
-             "samples with a well-formed answer.", "",
+             "mean and longest response in tokens; truncated: whether any response reached the cap "
+             "(rl.max_new_tokens) and in what share of the steps (of all seeds) one did (none: the longest of all "
+             "stayed below it, so no output was cut); format: share of samples with a well-formed answer.", "",
              "| variant | seeds | flat groups % | clipped % | entropy | KL | mean length | longest | truncated "
              "| format % | grad norm |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['variant']} | {r['seeds']} | {arrow(r, 'zero_std_groups', 100.0, 0)} | "
                      f"{arrow(r, 'clip_frac', 100.0, 1)} | {arrow(r, 'entropy')} | {arrow(r, 'kl', 1.0, 4)} | "
                      f"{arrow(r, 'response_len_mean', 1.0, 0)} | {arrow(r, 'response_len_max', 1.0, 0)} | "
-                     f"{_truncated(r.get('longest_ever'), r.get('cap'))} | {arrow(r, 'format_rate', 100.0, 0)} | "
+                     f"{_truncated(r.get('longest_ever'), r.get('cap'), r.get('capped_steps'))} | "
+                     f"{arrow(r, 'format_rate', 100.0, 0)} | "
                      f"{arrow(r, 'grad_norm')} |")
     return lines
 

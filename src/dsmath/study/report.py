@@ -108,10 +108,10 @@ def pilot_row(study: Study, results: dict[str, dict[int, dict]]) -> dict | None:
 def health_rows(results: dict[str, dict[int, dict]], study: Study) -> list[dict]:
     """Per variant with health curves: the seed mean of each signal's early and late mean, and the response cap its
     runs sampled under (`cap`, rl.max_new_tokens)."""
-    return [{"variant": name, **summary,
-             "cap": variant_params(study, name, study.seeds[0], study.profile).rl.max_new_tokens}
-            for name in study.variants
-            if (summary := health.variant_summary(results.get(name) or {})) is not None]
+    caps = {name: variant_params(study, name, study.seeds[0], study.profile).rl.max_new_tokens
+            for name in study.variants}
+    return [{"variant": name, **summary, "cap": caps[name]} for name in study.variants
+            if (summary := health.variant_summary(results.get(name) or {}, cap=caps[name])) is not None]
 
 
 def variant_rows(results: dict[str, dict[int, dict]], study: Study) -> list[dict]:
