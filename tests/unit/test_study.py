@@ -170,6 +170,7 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
     for seed, rl64 in ((1, 0.90), (2, 0.86)):  # d_s = -.02, -.06 against the SFT model's .92: SE .02 (seeds)
         recs[("grpo", seed)]["eval"]["synthetic/tool/passk@64"] = rl64
         recs[("grpo", seed)]["sft_eval"]["synthetic/tool/passk@64"] = 0.92
+        recs[("grpo", seed)]["sft_eval"]["synthetic/tool/passk_problems"] = 50.0
     recs[("grpo", 1)]["curve"] = [{"step": 0, "val_greedy_acc": 0.5}, {"step": 1, "reward_mean": 0.3},
                                   {"step": 10, "val_greedy_acc": 0.6}]
     recs[("grpo", 2)]["curve"] = [{"step": 0, "val_greedy_acc": 0.5}, {"step": 10, "val_greedy_acc": 0.7}]
@@ -195,7 +196,9 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
     assert verdicts == {"GRPO beats PPO": "inconclusive", "GRPO is faster": "inconclusive",
                         "RL keeps pass@64": "inconclusive"}
     keeps = next(line for line in md.splitlines() if line.startswith("| RL keeps pass@64"))
-    assert "2.00 (seeds, df 1)" in keeps and "; its test problems held fixed)" in keeps  # no per-problem results
+    # no per-problem results: the seeds' SE .02 and the SFT model's one draw, at most .92 x .08 / 50 = .001472:
+    # SE sqrt(.0004 + .001472) = .043267 on (.001872)^2 / (.0004^2 / 1) = 21.9 df
+    assert "4.33 (seeds + SFT draw (bound), df 21.9)" in keeps and "; its test problems held fixed)" in keeps
     assert "held fixed" not in table_line(md, "| GRPO is faster")  # a cost has no test problems
     beats = next(line for line in md.splitlines() if line.startswith("| GRPO beats PPO"))
     assert "**inconclusive** (MDE 130.9 points)" in beats and "31.46 (seeds x problems, df 3)" in beats

@@ -67,7 +67,12 @@ def findings_section(study: Study, findings: list[dict], pilot: dict | None = No
              "model of the seeds x problems table of paired differences (seed, problem, residual; a component whose "
              "mean square does not exceed the residual's is zero), on Satterthwaite's df (docs/study.md, "
              "\"Reading the findings\"). Kind *seeds*: sd(d_s) / sqrt(n) on n - 1 df, for metrics without per-problem "
-             "results (passk@k: its 200 problems held fixed) and costs. Beside it: the paired SE over the problems of "
+             "results (passk@k: its problems held fixed) and costs. Kind *seeds + SFT draw (bound)*: passk@k against "
+             "the SFT model, whose pass@k was sampled once and enters every d_s alike, so the seeds' spread does not "
+             "hold its sampling noise: its variance, at most q(1 - q) / N for an accuracy q measured on N problems, "
+             "is added in full (a bound: this SE is conservative; Welch-Satterthwaite df). Per-problem pass@k "
+             "results would replace the bound by the estimate (kind *seeds x problems*). Beside it: the paired SE "
+             "over the problems of "
              "one seed's difference (root mean square over the seeds); with one seed it is the SE (kind *problems "
              "(1 seed)*, the normal's df).", "",
              f"MDE: the true difference a two-sided test at level {ALPHA:g} detects with {POWER:.0%} power, "
@@ -101,6 +106,7 @@ def findings_section(study: Study, findings: list[dict], pilot: dict | None = No
         scale = 1.0 if f.metric in COST_METRICS else 100.0
         unit = f" {UNITS[f.metric]}" if f.metric in COST_METRICS else " pts"
         kind = row.get("se_kind") or "none"
+        fixed_problems = kind in ("seeds", "seeds + SFT draw (bound)") and f.metric not in COST_METRICS
         se = "-" if row["se"] is None else (
             f"{_scaled(row['se'], scale)} ({kind}" + (f", df {row['df']:.3g})" if row.get("df") else ")"))
         lines.append(f"| {f.claim} | {f.source} | {f.a} - {f.b}, {f.metric} ({row.get('mode')}) | "
@@ -108,7 +114,7 @@ def findings_section(study: Study, findings: list[dict], pilot: dict | None = No
                      f"{_scaled(row['sd_seeds'], scale)} | {se} | {_scaled(row['paired_se'], scale)} | "
                      f"{_scaled(row['mde'], scale)} | {_scaled(row.get('planned_mde'), scale)} | "
                      f"**{row['verdict']}** ({_mde_text(row['mde'], f.metric)}"
-                     f"{'; its test problems held fixed' if kind == 'seeds' and f.metric not in COST_METRICS else ''}"
+                     f"{'; its test problems held fixed' if fixed_problems else ''}"
                      ") |")
     return lines
 

@@ -43,6 +43,27 @@ def per_problem(result: dict, metric: str, mode: str, model: str = "rl") -> dict
     return dict(zip(table["id"], table[column], strict=True))
 
 
+def measured_on(result: dict, metric: str, mode: str, model: str = "rl") -> int | None:
+    """The number of test problems a run's `metric` was measured on: passk@k on the evaluate stage's
+    `passk_problems`, the others on the per-problem table's."""
+    if metric == "passk@k":
+        n = (result["eval"] if model == "rl" else result["sft_eval"]).get(f"synthetic/{mode}/passk_problems")
+        return int(n) if n else None
+    table = result["problems"][model].get(mode)
+    return len(table["id"]) if table else None
+
+
+def fixed_draw_variance(q: float, n: int) -> float:
+    """An upper bound on the sampling variance of a model's accuracy q measured once on n problems (each problem's
+    estimate in [0, 1], its own mean q_i): Var = sum q_i (1 - q_i) / n^2 <= q (1 - q) / n, by concavity. The SFT
+    model's sampled metrics are measured once and shared by every seed, so no seed's spread holds their noise.
+
+    >>> round(fixed_draw_variance(0.925, 200), 9)  # an SD of at most 1.9 points
+    0.000346875
+    """
+    return q * (1.0 - q) / n
+
+
 def mean(values: list[float]) -> float | None:
     values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else None
@@ -175,9 +196,11 @@ def paired_difference(a_runs: dict[int, dict], b_runs: dict[int, dict], metric: 
     problems, so the difference varies with the seed and with the problems drawn (which a new test set would
     change); :func:`crossed` estimates both from the seeds x problems table of paired differences. Costs, and
     metrics without per-problem tables (passk@k), get the seeds' SE sd(d_s) / sqrt(n) on n - 1 df (`se_kind`
-    "seeds"): the test problems' share is not in it. With one seed: the paired SE over its problems (`se_kind`
-    "problems (1 seed)", df None: the normal). Beside them: `seed_se` (the seeds' SE) and `paired_se`, the paired
-    SE over the problems of one seed's difference (root mean square over the seeds)."""
+    "seeds"): the test problems' share is not in it; against the SFT model, whose one measurement every d_s shares,
+    with a bound on that measurement's sampling variance added (:func:`_with_sft_draw`). With one seed: the paired
+    SE over its problems (`se_kind` "problems (1 seed)", df None: the normal). Beside them: `seed_se` (the seeds'
+    SE) and `paired_se`, the paired SE over the problems of one seed's difference (root mean square over the
+    seeds)."""
     seeds = sorted(set(a_runs) & set(b_runs)) if b_model == "rl" else sorted(a_runs)
     b_of = (lambda s: b_runs[s]) if b_model == "rl" else (lambda s: a_runs[s])  # noqa: E731  (sft: a's own)
     diffs, used = [], []
@@ -196,7 +219,7 @@ def paired_difference(a_runs: dict[int, dict], b_runs: dict[int, dict], metric: 
     for s in used:
         ta, tb = per_problem(a_runs[s], metric, mode), per_problem(b_of(s), metric, mode, b_model)
         if ta is None or tb is None:
-            return out
+            return _with_sft_draw(out, a_runs[used[0]], metric, mode) if b_model == "sft" else out
         ids = sorted(set(ta) & set(tb))
         if len(ids) < 2:
             return out
@@ -213,6 +236,20 @@ def paired_difference(a_runs: dict[int, dict], b_runs: dict[int, dict], metric: 
         out |= {"se": c["se"], "df": c["df"], "se_kind": "seeds x problems", "n_problems": c["n_problems"],
                 "diff_common": c["diff"], "v_seed": c["v_seed"], "v_problem": c["v_problem"], "v_res": c["v_res"]}
     return out
+
+
+def _with_sft_draw(out: dict, result: dict, metric: str, mode: str) -> dict:
+    """The seeds' SE of a difference against the SFT model on a metric without per-problem results (passk@k) with
+    the SFT model's one draw added: its sampling variance, at most q (1 - q) / N (:func:`fixed_draw_variance`), is
+    the same in every d_s, so the seeds' spread does not hold it. df: Welch-Satterthwaite with the bound's df
+    infinite. `se_kind` "seeds + SFT draw (bound)"; `sft_draw_se` the bound's square root."""
+    q, n = metric_of(result, metric, mode, "sft"), measured_on(result, metric, mode, "sft")
+    if out["se"] is None or q is None or not n:
+        return out
+    v_seeds, v_draw = out["se"] ** 2, fixed_draw_variance(q, n)
+    df = (v_seeds + v_draw) ** 2 / (v_seeds ** 2 / out["df"]) if v_seeds > 0 else None
+    return out | {"se": math.sqrt(v_seeds + v_draw), "df": df, "se_kind": "seeds + SFT draw (bound)",
+                  "sft_draw_se": math.sqrt(v_draw), "n_problems": n}
 
 
 def pilot_components(a_runs: dict[int, dict], b_runs: dict[int, dict], mode: str) -> dict | None:
