@@ -58,6 +58,8 @@ def test_each_algorithm_steps_and_moves_parameters(tok, algorithm):
     for key in ("rl/reward_mean", "rl/accuracy", "rl/kl", "rl/entropy", "rl/response_len_mean", "rl/lr",
                 "rl/rollout_tokens_per_s", "rl/zero_std_groups", "rl/time_train_s"):
         assert key in metrics and torch.isfinite(torch.tensor(metrics[key])), key
+    cut = metrics["rl/truncated_rate"] * 8  # rows cut by max_new_tokens = 8, of the step's 8 rows
+    assert cut == round(cut) and (cut == 0 or metrics["rl/response_len_max"] == 8)
     moved = [n for n, p in model.named_parameters() if not torch.equal(p, before[n])]
     if algorithm in ("online_rft", "rft") and metrics["rl/accuracy"] == 0:
         assert moved == []
