@@ -144,6 +144,7 @@ def test_study_report_equals_the_run_records_and_mlflow(repo, study):
     assert records["online_rft", 1234]["jobs"] == 1  # resumed one at a time by the flow
     artifacts = {a.path for a in mlflow.tracking.MlflowClient().list_artifacts(parent[0].info.run_id, "study")}
     assert "study/study-smoke.md" in artifacts and "study/methods.png" in artifacts
+    assert "study/response_length.png" in artifacts  # the RL curves hold the mean response length
     findings = [line for line in report.splitlines() if line.startswith("| GRPO beats Online RFT")]
     assert len(findings) == 1 and any(v in findings[0] for v in ("holds", "does not hold", "inconclusive"))
     assert "## Health of the RL runs" in report and "| grpo | 2 |" in report.split("## Health of the RL runs")[1]

@@ -171,7 +171,8 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
         recs[("grpo", seed)]["eval"]["synthetic/tool/passk@64"] = rl64
         recs[("grpo", seed)]["sft_eval"]["synthetic/tool/passk@64"] = 0.92
         recs[("grpo", seed)]["sft_eval"]["synthetic/tool/passk_problems"] = 50.0
-    recs[("grpo", 1)]["curve"] = [{"step": 0, "val_greedy_acc": 0.5}, {"step": 1, "reward_mean": 0.3},
+    recs[("grpo", 1)]["curve"] = [{"step": 0, "val_greedy_acc": 0.5}, {"step": 1, "reward_mean": 0.3,
+                                                                         "response_len_mean": 40.0},
                                   {"step": 10, "val_greedy_acc": 0.6}]
     recs[("grpo", 2)]["curve"] = [{"step": 0, "val_greedy_acc": 0.5}, {"step": 10, "val_greedy_acc": 0.7}]
     for (v, s), r in recs.items():
@@ -215,6 +216,8 @@ def test_report_tables_are_the_records(tmp_path, monkeypatch):
     records_line = next(line for line in md.splitlines() if line.startswith("| grpo | 1, 2 |"))
     assert records_line.endswith("| current |") and "0 of 4 records are stale" in md
     assert (tmp_path / "out" / "study" / "maj_pass_at_k.png").exists()
+    assert (tmp_path / "out" / "study" / "response_length.png").exists()  # grpo seed 1 logged a length
+    assert "![mean response length vs RL step](study/response_length.png)" in md
     assert "4 runs" in md and "250 GFLOP/s" in md
     # cost: 4 runs of 60 s at params.yaml's threads (none recorded: 1), one at a time -> 4 min on one machine
     assert "4 runs: 0.1 CPU-hours" in md and "| 1 | 0.1 |" in md and "| 4 | 0.0 |" in md

@@ -1,5 +1,6 @@
-"""The study report's figures (matplotlib, PNG): held-out accuracy against RL step per variant (Fig. 5 / 6) and
-maj@k / pass@k against k (Fig. 7), drawn from the rows :mod:`dsmath.study.report` builds from the records."""
+"""The study report's figures (matplotlib, PNG): held-out accuracy against RL step per variant (Fig. 5 / 6),
+maj@k / pass@k against k (Fig. 7) and the mean response length during RL (R1's self-evolution curve), drawn from
+the rows :mod:`dsmath.study.report` builds from the records."""
 
 from __future__ import annotations
 
@@ -11,6 +12,25 @@ def val_points(rows: list[dict], variant: str) -> dict[int, list[float]]:
         if r["variant"] == variant and r["val_greedy_acc"] is not None:
             by.setdefault(r["step"], []).append(r["val_greedy_acc"])
     return dict(sorted(by.items()))
+
+
+def length_curve(rows: list[dict], variant: str, window: int = 10) -> tuple[list[int], list[float]]:
+    """(steps, mean response length): the seed mean at each RL step, then the trailing mean over `window` steps
+    (one step's 128 samples are noisy).
+
+    >>> rows = [{"variant": "v", "step": s, "response_len_mean": float(s)} for s in (1, 2, 3)]
+    >>> length_curve(rows, "v", window=2)
+    ([1, 2, 3], [1.0, 1.5, 2.5])
+    """
+    by: dict[int, list[float]] = {}
+    for r in rows:
+        if r["variant"] == variant and r.get("response_len_mean") is not None:
+            by.setdefault(r["step"], []).append(r["response_len_mean"])
+    steps = sorted(by)
+    means = [sum(by[s]) / len(by[s]) for s in steps]
+    smooth = [sum(means[max(0, i - window + 1) : i + 1]) / len(means[max(0, i - window + 1) : i + 1])
+              for i in range(len(means))]
+    return steps, smooth
 
 
 def _plt():
@@ -67,5 +87,22 @@ def plot_k(rows: list[dict], variants: list[str], labels: dict[str, str]):
         ax.set_title(f"{title}, synthetic test")
     if axes[1].get_lines():
         axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_lengths(rows: list[dict], variants: list[str], labels: dict[str, str]):
+    """Mean response length (tokens) against RL step per variant: seed mean, trailing 10-step mean."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for v in variants:
+        steps, lengths = length_curve(rows, v)
+        if steps:
+            ax.plot(steps, lengths, label=labels.get(v, v))
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("mean response length (tokens)")
+    ax.set_title("response length during RL (10-step trailing mean)")
+    if ax.get_lines():
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from dsmath.reporting.paper import sd
 from dsmath.study import fits, health
-from dsmath.study.figures import plot_k, plot_val_curves, val_points
+from dsmath.study.figures import plot_k, plot_lengths, plot_val_curves, val_points
 from dsmath.study.markdown import render
 from dsmath.study.spec import Study, variant_params
 from dsmath.study.stats import (
@@ -153,7 +153,7 @@ def curve_rows(results: dict[str, dict[int, dict]]) -> list[dict]:
             for c in r["curve"]:
                 rows.append({"variant": variant, "seed": seed, "step": int(c.get("step", 0)),
                              "val_greedy_acc": c.get("val_greedy_acc"), "reward_mean": c.get("reward_mean"),
-                             "kl": c.get("kl")})
+                             "kl": c.get("kl"), "response_len_mean": c.get("response_len_mean")})
     return rows
 
 
@@ -219,6 +219,10 @@ def build_study_report(study: Study, parent=None) -> dict:
         fig = plot_val_curves(curves, present, labels, f"held-out greedy accuracy during RL: {name}")
         fig.savefig(path, dpi=110)
         figures[f"{name}: held-out accuracy vs RL step"] = str(path)
+    if any(r["response_len_mean"] is not None for r in curves):
+        path = fig_dir / "response_length.png"
+        plot_lengths(curves, [v for v in study.variants if v in results], labels).savefig(path, dpi=110)
+        figures["mean response length vs RL step"] = str(path)
     if ks:
         path = fig_dir / "maj_pass_at_k.png"
         plot_k(ks, [v for v in study.variants if v in results], labels).savefig(path, dpi=110)
