@@ -30,7 +30,7 @@ def test_the_default_study_declares_every_comparison_and_validates():
     study = load_study(ROOT / "configs" / "study.yaml", ROOT / "params.yaml")
     assert len(study.seeds) >= 2
     for v in ("rft", "online_rft", "grpo", "grpo_process", "grpo_iterative", "ppo", "no_math_pretrain", "r1_zero",
-              "grpo_tool", "random_reward", "format_only", "dr_grpo", "rloo", "grpo_mu2", "gspo", "dapo"):
+              "grpo_tool", "random_reward", "format_only", "dr_grpo", "rloo", "grpo_mu2", "gspo", "dapo", "r1"):
         assert v in study.variants, v
     assert len(study.runs()) == sum(len(study.seeds_of(v)) for v in study.variants)
     assert all(set(study.seeds) <= set(study.seeds_of(v)) for v in study.variants)
