@@ -13,7 +13,6 @@ from study_records import record as _record
 from dsmath.config import ParamsError
 from dsmath.study import report as sr
 from dsmath.study import stats
-from dsmath.study.markdown import _own_seeds
 from dsmath.study.runner import exp_command, hydra_value
 from dsmath.study.spec import Finding, apply, dotted_to_nested, load_study, variant_params
 
@@ -32,8 +31,7 @@ def test_the_default_study_declares_every_comparison_and_validates():
     for v in ("rft", "online_rft", "grpo", "grpo_process", "grpo_iterative", "ppo", "no_math_pretrain", "r1_zero",
               "grpo_tool", "random_reward", "format_only", "dr_grpo", "rloo", "grpo_mu2", "gspo", "dapo", "r1"):
         assert v in study.variants, v
-    assert len(study.runs()) == sum(len(study.seeds_of(v)) for v in study.variants)
-    assert all(set(study.seeds) <= set(study.seeds_of(v)) for v in study.variants)
+    assert len(study.runs()) == len(study.variants) * len(study.seeds)
     p = variant_params(study, "r1_zero", 1235, ROOT / "params.yaml")
     assert (p.rl.init, p.rl.mode, p.common.rl_seeds) == ("pretrain", "cot", [1235])
     for v in ("gspo", "dapo"):  # the successors' off-policy arms differ from their mu-2 reference alone
@@ -93,24 +91,6 @@ def test_run_order_keys_and_names():
     assert study.exp_name("grpo", [1234, 1235]) == "smoke-grpo-1234-1235"
     with pytest.raises(ParamsError, match="no variant ppo"):
         study.runs(["ppo"])
-
-
-def test_a_variant_may_run_more_seeds_than_the_study_but_not_fewer(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    text = ("name: t\nseeds: [1, 2]\nresults: res\nvariants:\n  grpo: {overrides: {}, seeds: [1, 2, 3]}\n"
-            "  ppo: {overrides: {rl.algorithm: ppo}}\n")
-    study = load_study(_write(tmp_path, text), ROOT / "params.yaml")
-    assert study.runs() == [("grpo", 1), ("grpo", 2), ("grpo", 3), ("ppo", 1), ("ppo", 2)]
-    assert study.seeds_of("grpo") == [1, 2, 3] and study.seeds_of("ppo") == [1, 2]
-    assert study.runs(seeds=[3]) == [("grpo", 3)]
-    # the report's head names the extra seeds; a finding pairs the seeds both arms ran (paired_difference)
-    results = {"grpo": {1: {}, 2: {}, 3: {}}, "ppo": {1: {}, 2: {}}}
-    assert _own_seeds(study, results) == "; grpo also 3" and _own_seeds(study, {"ppo": {1: {}}}) == ""
-    with pytest.raises(ParamsError, match=r"variant ppo: its seeds must include the study's \(lacks \[2\]\)"):
-        load_study(_write(tmp_path, text.replace("rl.algorithm: ppo}}", "rl.algorithm: ppo}, seeds: [1]}")),
-                   ROOT / "params.yaml")
-    with pytest.raises(ParamsError, match="variant grpo: unknown keys seed "):
-        load_study(_write(tmp_path, text.replace("seeds: [1, 2, 3]", "seed: [1, 2, 3]")), ROOT / "params.yaml")
 
 
 def test_override_values_in_dvcs_grammar():

@@ -31,7 +31,6 @@ class Variant:
     name: str
     label: str
     overrides: dict[str, Any]
-    seeds: list[int] | None = None  # its own seeds (the study's and more: a finding of this arm alone needs more)
 
 
 DEFAULT_EQUIVALENCE_MARGIN = 0.02  # a "matches" claim must be shown within +- 2 points (study file: equivalence_margin)
@@ -98,11 +97,7 @@ class Study:
         if unknown:
             raise ParamsError(f"study {self.name}: no variant {', '.join(unknown)} (has {', '.join(self.variants)})")
         return [(v, s) for v in self.variants if not variants or v in variants
-                for s in self.seeds_of(v) if not seeds or s in seeds]
-
-    def seeds_of(self, variant: str) -> list[int]:
-        """The seeds `variant` runs: its own list when the study file gives one, else the study's."""
-        return self.variants[variant].seeds or self.seeds
+                for s in self.seeds if not seeds or s in seeds]
 
     def variant_runs(self, variants: list[str] | None = None,
                      seeds: list[int] | None = None) -> list[tuple[str, list[int]]]:
@@ -240,11 +235,7 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
     variants = {}
     for name, v in (raw.get("variants") or {}).items():
         v = v or {}
-        if extra := sorted(set(v) - {"label", "overrides", "seeds"}):
-            raise ParamsError(f"{p}: variant {name}: unknown keys {', '.join(extra)} "
-                              "(allowed: label, overrides, seeds)")
-        own = [int(s) for s in v["seeds"]] if v.get("seeds") else None
-        variants[name] = Variant(name, v.get("label", name), dict(v.get("overrides") or {}), own)
+        variants[name] = Variant(name, v.get("label", name), dict(v.get("overrides") or {}))
     if not variants:
         raise ParamsError(f"{p}: a study needs at least one variant")
     seeds = [int(s) for s in raw.get("seeds") or []]
@@ -276,10 +267,7 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
         if missing := [v for v in names if v not in variants]:
             raise ParamsError(f"{p}: figure {fig} names no variant {', '.join(missing)}")
     for name in variants:
-        if missing := sorted(set(seeds) - set(study.seeds_of(name))):
-            raise ParamsError(f"{p}: variant {name}: its seeds must include the study's (lacks {missing}): "
-                              "the findings pair arms by seed")
-        for seed in study.seeds_of(name):
+        for seed in seeds:
             variant_params(study, name, seed, params_file)
     return study
 
