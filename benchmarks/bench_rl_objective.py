@@ -134,7 +134,8 @@ def main() -> None:
         report["variants"][name] = {
             "overrides": overrides, "steps": cfg.steps, "s_per_step": train_s / cfg.steps,
             "val_greedy": sum(rl_val) / len(val), "test_greedy": _mean(rl_test),
-            "val_arithmetic": rl_arith, "val": paired(sft_val, rl_val), "test": paired(sft_test, rl_test) if test else None,
+            "val_arithmetic": rl_arith, "val": paired(sft_val, rl_val),
+            "test": paired(sft_test, rl_test) if test else None,
             "reward_first10": sum(h["rl/reward_mean"] for h in steps[:10]) / len(steps[:10]),
             "reward_last10": sum(h["rl/reward_mean"] for h in last) / len(last),
             "kl_last10": sum(h["rl/kl"] for h in last) / len(last),
