@@ -57,12 +57,16 @@ def with_rl(raw: dict, overrides: dict):
     return parse_params(raw)
 
 
-def greedy_correct(model, tok, params, records) -> list[bool]:
+def greedy_correct(model, tok, params, records, arithmetic: dict | None = None) -> list[bool]:
+    """Greedy right/wrong per problem in rl.mode; in cot mode the completions' per-equation arithmetic
+    (`equation_acc`, `n_equations`) goes into `arithmetic` when given."""
     if not records:
         return []
     gen = Generator(model, tok, params.evaluate, params.sandbox, params.common.seed)
-    _, rows = evaluate_split(gen, records, params.rl.mode, params.evaluate, params.sandbox, params.rewards,
-                             sampled=False)
+    metrics, rows = evaluate_split(gen, records, params.rl.mode, params.evaluate, params.sandbox, params.rewards,
+                                   sampled=False)
+    if arithmetic is not None:
+        arithmetic.update({k: metrics[k] for k in ("equation_acc", "n_equations") if k in metrics})
     return [bool(r["greedy_correct"]) for r in rows]
 
 
@@ -94,10 +98,12 @@ def main() -> None:
     val = read_jsonl(syn / "val.jsonl")
     test = [] if args.val_only else read_jsonl(syn / "test.jsonl")[: base.evaluate.datasets.synthetic]
     sft, tok = load_dir(Path(base.common.paths.models) / "sft")
-    sft_val, sft_test = greedy_correct(sft, tok, base, val), greedy_correct(sft, tok, base, test)
+    sft_arith: dict = {}
+    sft_val, sft_test = greedy_correct(sft, tok, base, val, sft_arith), greedy_correct(sft, tok, base, test)
     report = {"machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
                           "matmul_gflops": flops.matmul_flops_per_s() / 1e9},
-              "sft": {"val_greedy": sum(sft_val) / len(val), "test_greedy": _mean(sft_test)},
+              "sft": {"val_greedy": sum(sft_val) / len(val), "test_greedy": _mean(sft_test),
+                      "val_arithmetic": sft_arith},
               "variants": {}}
     print(json.dumps(report), flush=True)
     curves = {}
@@ -121,12 +127,15 @@ def main() -> None:
                 print(name, step + 1, {k: round(v, 4) for k, v in m.items() if k in (
                     "rl/reward_mean", "rl/accuracy", "rl/kl", "rl/val_greedy_acc", "rl/time_step_s")}, flush=True)
         train_s = time.perf_counter() - t0
-        rl_val, rl_test = greedy_correct(policy, tok, params, val), greedy_correct(policy, tok, params, test)
+        rl_arith: dict = {}
+        rl_val = greedy_correct(policy, tok, params, val, rl_arith)
+        rl_test = greedy_correct(policy, tok, params, test)
         steps, last = history[1:], history[-10:]
         report["variants"][name] = {
             "overrides": overrides, "steps": cfg.steps, "s_per_step": train_s / cfg.steps,
             "val_greedy": sum(rl_val) / len(val), "test_greedy": _mean(rl_test),
-            "val": paired(sft_val, rl_val), "test": paired(sft_test, rl_test) if test else None,
+            "val_arithmetic": rl_arith, "val": paired(sft_val, rl_val),
+            "test": paired(sft_test, rl_test) if test else None,
             "reward_first10": sum(h["rl/reward_mean"] for h in steps[:10]) / len(steps[:10]),
             "reward_last10": sum(h["rl/reward_mean"] for h in last) / len(last),
             "kl_last10": sum(h["rl/kl"] for h in last) / len(last),

@@ -76,6 +76,13 @@ def test_a_bad_variant_fails_at_load_naming_it(tmp_path):
         load_study(_write(tmp_path, text), ROOT / "params.yaml")
 
 
+def test_a_variant_key_the_study_does_not_know_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = "name: t\nseeds: [1]\nresults: res\nvariants:\n  grpo: {overides: {rl.lr: 1.0e-5}}\n"
+    with pytest.raises(ParamsError, match=r"variant grpo: unknown keys overides \(allowed: label, overrides\)"):
+        load_study(_write(tmp_path, text), ROOT / "params.yaml")
+
+
 def test_run_order_keys_and_names():
     study = load_study(ROOT / "configs" / "study-smoke.yaml", ROOT / "configs" / "smoke.yaml")
     assert study.runs() == [("grpo", 1234), ("grpo", 1235), ("online_rft", 1234), ("online_rft", 1235)]

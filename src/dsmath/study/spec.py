@@ -235,6 +235,8 @@ def load_study(path: str | Path, params_file: str | Path = "params.yaml") -> Stu
     variants = {}
     for name, v in (raw.get("variants") or {}).items():
         v = v or {}
+        if extra := sorted(set(v) - {"label", "overrides"}):  # a misspelt key would otherwise be ignored
+            raise ParamsError(f"{p}: variant {name}: unknown keys {', '.join(extra)} (allowed: label, overrides)")
         variants[name] = Variant(name, v.get("label", name), dict(v.get("overrides") or {}))
     if not variants:
         raise ParamsError(f"{p}: a study needs at least one variant")
