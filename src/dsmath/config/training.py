@@ -135,5 +135,6 @@ class Sft(Section):
     pack: bool = True  # pack each micro-batch's examples into rows of train.seq_len (attention within each example)
     mix: Mix = Mix()
     max_examples: NonNegInt = 0  # training problems used; 0 = all
+    levels: list[Annotated[int, Field(ge=1, le=5)]] = []  # synthetic levels whose train problems SFT uses; [] = all
     val_examples: PosInt = 500  # held-out problems (val split) for the held-out loss
     probe: Probe = Probe()

@@ -52,7 +52,12 @@ def rl_problems(params) -> tuple[list[dict], list[dict]]:
     """(training prompts: synthetic train split at `rl.prompt_levels`, held-out val problems for the probe)."""
     syn = Path(params.common.paths.synthetic)
     levels = set(params.rl.prompt_levels)
-    train = [r for r in read_jsonl(syn / "train.jsonl") if not levels or r["level"] in levels]
+    records = read_jsonl(syn / "train.jsonl")
+    train = [r for r in records if not levels or r["level"] in levels]
+    if not train:
+        have = sorted({r["level"] for r in records})
+        raise ValueError(f"rl.prompt_levels {sorted(levels)} selects none of the train split's problems "
+                         f"(its levels: {have})")
     return train, read_jsonl(syn / "val.jsonl")[: params.rl.eval_problems]
 
 
