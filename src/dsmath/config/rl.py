@@ -98,7 +98,7 @@ class Rl(Section):
     dynamic_sampling_rounds: PosInt = 4  # most sampling rounds of prompts_per_step questions per step
     temperature: Annotated[float, Field(gt=0)] = 1.0
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    max_new_tokens: PosInt = 160
+    max_new_tokens: PosInt = 208
     max_tool_calls: PosInt = 2
     ref_reset_every: NonNegInt = 0  # iterative GRPO (sec. 4.2): reference := policy every N steps (0 = never)
     prompt_levels: list[Annotated[int, Field(ge=1, le=5)]] = []
