@@ -17,6 +17,7 @@ import csv
 import json
 import os
 import platform
+import re
 import resource
 import time
 from pathlib import Path
@@ -37,10 +38,11 @@ from dsmath.train import flops
 
 
 def parse_variant(spec: str) -> tuple[str, dict]:
-    """'name:key=value,key=value' -> (name, {key: yaml value}); keys are under `rl.`."""
+    """'name:key=value,key=value' -> (name, {key: yaml value}); keys are under `rl.`; a value may be a YAML list
+    (`prompt_levels=[2,3]`: commas inside brackets do not split)."""
     name, _, rest = spec.partition(":")
     overrides = {}
-    for item in filter(None, rest.split(",")):
+    for item in filter(None, re.split(r",(?![^\[]*\])", rest)):
         key, _, value = item.partition("=")
         overrides[key] = yaml.safe_load(value)
     return name, overrides
@@ -79,6 +81,21 @@ def paired(a: list[bool], b: list[bool]) -> dict:
     return {"gain": (sum(b) - sum(a)) / len(a), "paired_se": standard_error_of_delta(a, b)}
 
 
+def by_level(records: list[dict], before: list[bool], after: list[bool] | None = None) -> dict:
+    """Greedy accuracy per synthetic level (the problem's step count), and the paired gain where `after` is given."""
+    levels: dict[str, list[int]] = {}
+    for i, rec in enumerate(records):
+        levels.setdefault(str(rec.get("level", "?")), []).append(i)
+    out = {}
+    for level, rows in sorted(levels.items()):
+        a = [before[i] for i in rows]
+        out[level] = {"n": len(rows), "acc": sum(a) / len(a)}
+        if after is not None:
+            b = [after[i] for i in rows]
+            out[level] |= {"acc": sum(b) / len(b), **paired(a, b)}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", required=True, help="a pipeline folder with params.yaml, data/ and models/sft")
@@ -103,7 +120,7 @@ def main() -> None:
     report = {"machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
                           "matmul_gflops": flops.matmul_flops_per_s() / 1e9},
               "sft": {"val_greedy": sum(sft_val) / len(val), "test_greedy": _mean(sft_test),
-                      "val_arithmetic": sft_arith},
+                      "val_arithmetic": sft_arith, "val_by_level": by_level(val, sft_val)},
               "variants": {}}
     print(json.dumps(report), flush=True)
     curves = {}
@@ -135,6 +152,7 @@ def main() -> None:
             "overrides": overrides, "steps": cfg.steps, "s_per_step": train_s / cfg.steps,
             "val_greedy": sum(rl_val) / len(val), "test_greedy": _mean(rl_test),
             "val_arithmetic": rl_arith, "val": paired(sft_val, rl_val),
+            "val_by_level": by_level(val, sft_val, rl_val),
             "test": paired(sft_test, rl_test) if test else None,
             "reward_first10": sum(h["rl/reward_mean"] for h in steps[:10]) / len(steps[:10]),
             "reward_last10": sum(h["rl/reward_mean"] for h in last) / len(last),
