@@ -117,6 +117,7 @@ def main() -> None:
     sft, tok = load_dir(Path(base.common.paths.models) / "sft")
     sft_arith: dict = {}
     sft_val, sft_test = greedy_correct(sft, tok, base, val, sft_arith), greedy_correct(sft, tok, base, test)
+    sft_by_mode = {base.rl.mode: (sft_val, sft_test)}  # a variant in another rl.mode is paired with SFT in that mode
     report = {"machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
                           "matmul_gflops": flops.matmul_flops_per_s() / 1e9},
               "sft": {"val_greedy": sum(sft_val) / len(val), "test_greedy": _mean(sft_test),
@@ -130,6 +131,11 @@ def main() -> None:
         cfg = params.rl
         policy, tok = load_dir(Path(params.common.paths.models) / "sft")
         train, probe = rl_problems(params)
+        if cfg.mode not in sft_by_mode:
+            sft_by_mode[cfg.mode] = (greedy_correct(sft, tok, params, val), greedy_correct(sft, tok, params, test))
+            report["sft"] |= {f"{cfg.mode}_val_greedy": _mean(sft_by_mode[cfg.mode][0]),
+                              f"{cfg.mode}_test_greedy": _mean(sft_by_mode[cfg.mode][1])}
+        ref_val, ref_test = sft_by_mode[cfg.mode]
         scorer = Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox)
         tool_fn = sandbox_tool(params.sandbox) if cfg.mode == "tool" else None
         trainer = RLTrainer(cfg, policy, tok, train, scorer, params.common.rl_seeds[0], tool_fn)
@@ -151,9 +157,9 @@ def main() -> None:
         report["variants"][name] = {
             "overrides": overrides, "steps": cfg.steps, "s_per_step": train_s / cfg.steps,
             "val_greedy": sum(rl_val) / len(val), "test_greedy": _mean(rl_test),
-            "val_arithmetic": rl_arith, "val": paired(sft_val, rl_val),
-            "val_by_level": by_level(val, sft_val, rl_val),
-            "test": paired(sft_test, rl_test) if test else None,
+            "val_arithmetic": rl_arith, "val": paired(ref_val, rl_val),
+            "val_by_level": by_level(val, ref_val, rl_val),
+            "test": paired(ref_test, rl_test) if test else None,
             "reward_first10": sum(h["rl/reward_mean"] for h in steps[:10]) / len(steps[:10]),
             "reward_last10": sum(h["rl/reward_mean"] for h in last) / len(last),
             "kl_last10": sum(h["rl/kl"] for h in last) / len(last),
