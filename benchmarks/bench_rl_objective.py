@@ -17,6 +17,7 @@ import csv
 import json
 import os
 import platform
+import re
 import resource
 import time
 from pathlib import Path
@@ -37,10 +38,11 @@ from dsmath.train import flops
 
 
 def parse_variant(spec: str) -> tuple[str, dict]:
-    """'name:key=value,key=value' -> (name, {key: yaml value}); keys are under `rl.`."""
+    """'name:key=value,key=value' -> (name, {key: yaml value}); keys are under `rl.`; a value may be a YAML list
+    (`prompt_levels=[2,3]`: commas inside brackets do not split)."""
     name, _, rest = spec.partition(":")
     overrides = {}
-    for item in filter(None, rest.split(",")):
+    for item in filter(None, re.split(r",(?![^\[]*\])", rest)):
         key, _, value = item.partition("=")
         overrides[key] = yaml.safe_load(value)
     return name, overrides
@@ -79,6 +81,21 @@ def paired(a: list[bool], b: list[bool]) -> dict:
     return {"gain": (sum(b) - sum(a)) / len(a), "paired_se": standard_error_of_delta(a, b)}
 
 
+def by_level(records: list[dict], before: list[bool], after: list[bool] | None = None) -> dict:
+    """Greedy accuracy per synthetic level (the problem's step count), and the paired gain where `after` is given."""
+    levels: dict[str, list[int]] = {}
+    for i, rec in enumerate(records):
+        levels.setdefault(str(rec.get("level", "?")), []).append(i)
+    out = {}
+    for level, rows in sorted(levels.items()):
+        a = [before[i] for i in rows]
+        out[level] = {"n": len(rows), "acc": sum(a) / len(a)}
+        if after is not None:
+            b = [after[i] for i in rows]
+            out[level] |= {"acc": sum(b) / len(b), **paired(a, b)}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", required=True, help="a pipeline folder with params.yaml, data/ and models/sft")
@@ -100,10 +117,11 @@ def main() -> None:
     sft, tok = load_dir(Path(base.common.paths.models) / "sft")
     sft_arith: dict = {}
     sft_val, sft_test = greedy_correct(sft, tok, base, val, sft_arith), greedy_correct(sft, tok, base, test)
+    sft_by_mode = {base.rl.mode: (sft_val, sft_test)}  # a variant in another rl.mode is paired with SFT in that mode
     report = {"machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
                           "matmul_gflops": flops.matmul_flops_per_s() / 1e9},
               "sft": {"val_greedy": sum(sft_val) / len(val), "test_greedy": _mean(sft_test),
-                      "val_arithmetic": sft_arith},
+                      "val_arithmetic": sft_arith, "val_by_level": by_level(val, sft_val)},
               "variants": {}}
     print(json.dumps(report), flush=True)
     curves = {}
@@ -113,6 +131,11 @@ def main() -> None:
         cfg = params.rl
         policy, tok = load_dir(Path(params.common.paths.models) / "sft")
         train, probe = rl_problems(params)
+        if cfg.mode not in sft_by_mode:
+            sft_by_mode[cfg.mode] = (greedy_correct(sft, tok, params, val), greedy_correct(sft, tok, params, test))
+            report["sft"] |= {f"{cfg.mode}_val_greedy": _mean(sft_by_mode[cfg.mode][0]),
+                              f"{cfg.mode}_test_greedy": _mean(sft_by_mode[cfg.mode][1])}
+        ref_val, ref_test = sft_by_mode[cfg.mode]
         scorer = Scorer(cfg.reward, cfg.mode, params.rewards, params.sandbox)
         tool_fn = sandbox_tool(params.sandbox) if cfg.mode == "tool" else None
         trainer = RLTrainer(cfg, policy, tok, train, scorer, params.common.rl_seeds[0], tool_fn)
@@ -134,8 +157,9 @@ def main() -> None:
         report["variants"][name] = {
             "overrides": overrides, "steps": cfg.steps, "s_per_step": train_s / cfg.steps,
             "val_greedy": sum(rl_val) / len(val), "test_greedy": _mean(rl_test),
-            "val_arithmetic": rl_arith, "val": paired(sft_val, rl_val),
-            "test": paired(sft_test, rl_test) if test else None,
+            "val_arithmetic": rl_arith, "val": paired(ref_val, rl_val),
+            "val_by_level": by_level(val, ref_val, rl_val),
+            "test": paired(ref_test, rl_test) if test else None,
             "reward_first10": sum(h["rl/reward_mean"] for h in steps[:10]) / len(steps[:10]),
             "reward_last10": sum(h["rl/reward_mean"] for h in last) / len(last),
             "kl_last10": sum(h["rl/kl"] for h in last) / len(last),
