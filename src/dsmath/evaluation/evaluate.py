@@ -111,6 +111,7 @@ def evaluate_split(gen: Generator, records: Sequence[dict], mode: str, cfg, sand
         "greedy_problems_per_s": len(records) / max(time.perf_counter() - t0, 1e-9),
         "n": float(len(records)),
     }
+    metrics |= greedy_by_level(records, greedy_ok)
     if mode == "cot":  # every rank holds every completion: the (cheap) check runs on each
         metrics |= table_metrics(equation_table(greedy))
     rows = [{"id": r["id"], "mode": mode, "question": r["question"], "gold": g, "greedy": c, "greedy_answer": a,
@@ -119,6 +120,18 @@ def evaluate_split(gen: Generator, records: Sequence[dict], mode: str, cfg, sand
     if sampled and cfg.n_samples > 0:
         metrics |= _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rewards_cfg, rows)
     return metrics, rows
+
+
+def greedy_by_level(records: Sequence[dict], correct: Sequence[bool]) -> dict[str, float]:
+    """`greedy_level<L>` per synthetic level (the problem's step count) where the records span more than one level
+    (the synthetic world: where RL's gains land); {} elsewhere."""
+    by: dict[int, list[bool]] = {}
+    for record, ok in zip(records, correct, strict=True):
+        if "level" in record:
+            by.setdefault(int(record["level"]), []).append(bool(ok))
+    if len(by) < 2:
+        return {}
+    return {f"greedy_level{level}": sum(oks) / len(oks) for level, oks in sorted(by.items())}
 
 
 PASSK_SEED_OFFSET = 64_064  # the pass@k subset's draws: a Generator seeded apart from the maj@k draws'
