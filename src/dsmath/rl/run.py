@@ -41,6 +41,7 @@ from dsmath.rl.scoring import Scorer
 from dsmath.rl.trainer import RLTrainer
 from dsmath.runtime import distributed, precision
 from dsmath.train import checkpoint
+from dsmath.train import data as train_data
 from dsmath.train.checkpoint import CorruptCheckpointError, CorruptCheckpointWarning, fingerprint
 from dsmath.train.loop import DivergenceError, check_weights
 
@@ -51,13 +52,7 @@ CURVE = ("step", "rl/reward_mean", "rl/accuracy", "rl/kl", "rl/format_rate", "rl
 def rl_problems(params) -> tuple[list[dict], list[dict]]:
     """(training prompts: synthetic train split at `rl.prompt_levels`, held-out val problems for the probe)."""
     syn = Path(params.common.paths.synthetic)
-    levels = set(params.rl.prompt_levels)
-    records = read_jsonl(syn / "train.jsonl")
-    train = [r for r in records if not levels or r["level"] in levels]
-    if not train:
-        have = sorted({r["level"] for r in records})
-        raise ValueError(f"rl.prompt_levels {sorted(levels)} selects none of the train split's problems "
-                         f"(its levels: {have})")
+    train = train_data.at_levels(read_jsonl(syn / "train.jsonl"), params.rl.prompt_levels, "rl.prompt_levels")
     return train, read_jsonl(syn / "val.jsonl")[: params.rl.eval_problems]
 
 

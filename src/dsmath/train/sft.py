@@ -20,12 +20,8 @@ from dsmath.train.loop import LogFn, train
 def sft_records(records: list[dict], levels: list[int], max_examples: int) -> list[dict]:
     """The train problems SFT learns from: those at `levels` (all when empty), the first `max_examples` (all when 0).
     A selection that leaves nothing is refused (a params mistake, not an empty run)."""
-    chosen = [r for r in records if not levels or r["level"] in levels]
-    chosen = chosen[:max_examples] if max_examples else chosen
-    if not chosen:
-        have = sorted({r["level"] for r in records})
-        raise ValueError(f"sft.levels {levels} selects none of the train split's problems (its levels: {have})")
-    return chosen
+    chosen = data.at_levels(records, levels, "sft.levels")
+    return chosen[:max_examples] if max_examples else chosen
 
 
 def examples_for(records: list[dict], mix, tokenizer, max_len: int, seed: int) -> list[tuple[list[int], list[int]]]:
