@@ -186,3 +186,19 @@ def test_build_report_with_and_without_the_keys(tmp_path, with_keys):
         assert out["arithmetic"]["rl"]["equation_acc"] == pytest.approx(0.8)
     else:
         assert "Not measured" in text and out["arithmetic"] == {}
+
+
+def test_evaluate_split_gives_greedy_accuracy_per_level_where_records_span_levels():
+    cfg = Evaluate(n_samples=0, modes=["cot"], primary_metric="synthetic/cot/greedy")
+    _, rows = evaluate.evaluate_split(FakeGenerator(TEXTS), RECORDS, "cot", cfg, Sandbox(), Rewards(), sampled=False)
+    right = [row["greedy_correct"] for row in rows]
+    assert right == [True, False, False, False]  # only q0's completion reaches its gold
+    leveled = [r | {"level": lv} for r, lv in zip(RECORDS, [1, 1, 2, 3], strict=True)]
+    m, _ = evaluate.evaluate_split(FakeGenerator(TEXTS), leveled, "cot", cfg, Sandbox(), Rewards(), sampled=False)
+    assert (m["greedy_level1"], m["greedy_level2"], m["greedy_level3"]) == (0.5, 0.0, 0.0)
+    assert m["greedy"] == 0.25
+    one_level = [r | {"level": 2} for r in RECORDS]
+    m, _ = evaluate.evaluate_split(FakeGenerator(TEXTS), one_level, "cot", cfg, Sandbox(), Rewards(), sampled=False)
+    assert not any(k.startswith("greedy_level") for k in m)
+    assert evaluate.greedy_by_level([{"level": 1}, {"level": 3}, {"level": 3}], [True, True, False]) == {
+        "greedy_level1": 1.0, "greedy_level3": 0.5}

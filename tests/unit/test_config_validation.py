@@ -104,6 +104,7 @@ REJECTED = [
     ({"rl": {"top_p": 0.0}}, "rl.top_p: must be > 0.0 (got 0.0)"),
     ({"rl": {"kl": "k4"}}, "rl.kl: must be one of 'k1', 'k2' or 'k3' (got 'k4')"),
     ({"rl": {"prompt_levels": [6]}}, "rl.prompt_levels.0: must be <= 5 (got 6)"),
+    ({"sft": {"levels": [0]}}, "sft.levels.0: must be >= 1 (got 0)"),
     ({"rewards": {"random_p": 1.5}}, ("rewards.random_p: ", "1", "1.5")),
     ({"rewards": {"random_p": -0.1}}, ("rewards.random_p: ", "0", "-0.1")),
     ({"rl": {"reward": "coin"}}, ("rl.reward: ", "random", "coin")),

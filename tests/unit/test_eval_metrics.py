@@ -138,8 +138,11 @@ def test_evaluate_model_reports_passk_on_the_subset(monkeypatch):
     off, _ = evaluate.evaluate_model(None, None, records, Evaluate(**base), Sandbox(), Rewards(), seed=3)
     assert not any("passk" in k for k in off) and seeds == [3]
     cfg = Evaluate(**base, passk_problems=2, passk_samples=8, passk_k=[1, 4, 8])
-    on, _ = evaluate.evaluate_model(None, None, records, cfg, Sandbox(), Rewards(), seed=3)
+    on, rows = evaluate.evaluate_model(None, None, records, cfg, Sandbox(), Rewards(), seed=3)
     assert seeds[1:] == [3, 3 + evaluate.PASSK_SEED_OFFSET]
+    # per problem of the subset, in its cot row: right samples of passk_samples (q0 8, q1 2); no other row has them
+    right = {(r["mode"], r["id"]): (r["passk_right"], r["passk_samples"]) for r in rows if "passk_right" in r}
+    assert right == {("cot", "s0"): (8, 8), ("cot", "s1"): (2, 8)}
     timing = "_per_s"
     assert {k: v for k, v in on.items() if k in off and timing not in k} == {k: v for k, v in off.items()
                                                                               if timing not in k}

@@ -58,6 +58,8 @@ def test_each_algorithm_steps_and_moves_parameters(tok, algorithm):
     for key in ("rl/reward_mean", "rl/accuracy", "rl/kl", "rl/entropy", "rl/response_len_mean", "rl/lr",
                 "rl/rollout_tokens_per_s", "rl/zero_std_groups", "rl/time_train_s"):
         assert key in metrics and torch.isfinite(torch.tensor(metrics[key])), key
+    cut = metrics["rl/truncated_rate"] * 8  # rows cut by max_new_tokens = 8, of the step's 8 rows
+    assert cut == round(cut) and (cut == 0 or metrics["rl/response_len_max"] == 8)
     moved = [n for n, p in model.named_parameters() if not torch.equal(p, before[n])]
     if algorithm in ("online_rft", "rft") and metrics["rl/accuracy"] == 0:
         assert moved == []
@@ -166,3 +168,34 @@ def test_world_shard_splits_in_order_with_sizes_within_one():
         parts = [World(rank, size).shard(n) for rank in range(size)]
         assert [i for p in parts for i in p] == list(range(n))
         assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def test_the_rejection_stage_fine_tunes_on_right_samples_and_restarts_rl_from_them(tok):
+    """rl.rejection (R1's middle stages): the stream's next questions sampled, right outputs kept (even length here),
+    the policy fine-tuned on them, then reference := policy and a fresh optimiser; the flag survives a checkpoint."""
+    from dsmath.config import Rejection
+    from dsmath.generation.rollout import decode_completions
+    from dsmath.rl.rejection import rejection_stage, sample_right
+
+    rs = Rejection(at_step=1, prompts=4, samples=4, keep_per_prompt=2, epochs=2, batch_size=3, lr=1e-2)
+    trainer = RLTrainer(cfg(steps=3, rejection=rs), tiny_model(tok), tok, PROBLEMS, LengthScorer(), seed=1)
+    trainer.step()
+    probe = RLTrainer(cfg(steps=3, rejection=rs), tiny_model(tok), tok, PROBLEMS, LengthScorer(), seed=1)
+    probe.load_state_dict(trainer.state_dict())
+    kept, drawn = sample_right(probe)  # what the stage will sample: the same stream, the same noise
+    texts = decode_completions(tok, kept.completion_ids, kept.completion_mask)
+    assert all(len(t) % 2 == 0 for t in texts) and drawn["rs_samples"] == 16  # 4 questions x 4 samples
+    assert drawn["rs_kept"] == len(texts) <= 8  # at most 2 per question
+    before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
+    cursor = trainer.cursor
+    m = rejection_stage(trainer, seed=1)
+    assert trainer.cursor == cursor + 4 and trainer.rejection_done
+    assert m["rl/rs_kept"] == drawn["rs_kept"] and m["rl/rs_samples"] == 16
+    assert m["rl/rs_sft_steps"] == 2 * -(-drawn["rs_kept"] // 3)  # epochs x batches of 3
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.policy.named_parameters())
+    assert all(torch.equal(p, trainer.ref.state_dict()[n]) for n, p in trainer.policy.state_dict().items())
+    assert trainer.opt.state == {} and trainer.sched.last_epoch == 0  # a fresh optimiser and warm-up
+    trainer.step()
+    resumed = RLTrainer(cfg(steps=3, rejection=rs), tiny_model(tok), tok, PROBLEMS, LengthScorer(), seed=1)
+    resumed.load_state_dict(trainer.state_dict())
+    assert resumed.rejection_done and resumed.step_count == 2

@@ -29,7 +29,7 @@ def test_the_default_study_declares_every_comparison_and_validates():
     study = load_study(ROOT / "configs" / "study.yaml", ROOT / "params.yaml")
     assert len(study.seeds) >= 2
     for v in ("rft", "online_rft", "grpo", "grpo_process", "grpo_iterative", "ppo", "no_math_pretrain", "r1_zero",
-              "grpo_tool", "random_reward", "format_only", "dr_grpo", "rloo", "grpo_mu2", "gspo", "dapo"):
+              "grpo_tool", "random_reward", "format_only", "dr_grpo", "rloo", "grpo_mu2", "gspo", "dapo", "r1"):
         assert v in study.variants, v
     assert len(study.runs()) == len(study.variants) * len(study.seeds)
     p = variant_params(study, "r1_zero", 1235, ROOT / "params.yaml")
@@ -331,3 +331,20 @@ def test_cost_is_cpu_hours_and_wall_time_per_machine_count():
     assert "3 runs: 3.0 CPU-hours" in text and "50.0 min per run" in text and "1/2 run(s) at a time" in text
     assert "| 1 | 1.5 |" in text and "| 3 | 0.5 |" in text
     assert cost_section([{"variant": "x"}]) == []
+
+
+def test_problem_table_reads_the_pass_at_k_subsets_counts(tmp_path):
+    from dsmath.study.runner import problem_table
+
+    rows = [{"dataset": "synthetic", "mode": "cot", "id": "a", "gold": "1", "greedy_correct": True,
+             "sample_answers": ["1", "2", "1"], "sample_correct": [True, False, True], "passk_right": 5,
+             "passk_samples": 64},
+            {"dataset": "synthetic", "mode": "cot", "id": "b", "gold": "3", "greedy_correct": False,
+             "sample_answers": ["2", "2", None], "sample_correct": [False, False, False]},
+            {"dataset": "gsm8k_test", "mode": "cot", "id": "g", "gold": "3", "greedy_correct": True}]
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = problem_table(path, 1.0)["cot"]
+    assert table["id"] == ["a", "b"] and table["greedy"] == [1, 0] and table["maj"] == [1, 0]
+    assert table["pass"] == [1, 0]
+    assert table["passk"] == {"id": ["a"], "right": [5], "samples": [64]}  # only the subset's problems

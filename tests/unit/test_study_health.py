@@ -121,3 +121,19 @@ def test_a_resumed_runs_health_joins_its_killed_attempts_steps(store, monkeypatc
     assert [r["kl"] for r in health.read(other)] == pytest.approx([5.01, 5.02])
     again = _logged_run(store, 2, monkeypatch, range(1, 3), kl0=7.0)  # a later sitting: the finished run stays out
     assert [r["kl"] for r in health.read(again)] == pytest.approx([7.01, 7.02])
+
+
+def test_the_health_table_shows_the_logged_truncation_rate_else_whether_the_cap_was_reached():
+    from dsmath.study.markdown import health_section
+
+    def row(**kw):
+        return {"variant": "v", "seeds": 1, **kw}
+
+    def cell(r):
+        line = next(x for x in health_section([r]) if x.startswith("| v |"))
+        return [c.strip() for c in line.strip("|").split("|")][8]
+
+    assert cell(row(**{"truncated_rate/start": 0.02, "truncated_rate/end": 0.005}, longest_ever=160.0,
+                    cap=160)) == "2.0 -> 0.5 %"
+    assert cell(row(longest_ever=160.0, cap=160, capped_steps=0.25)) == "160 reached in 25.0% of steps"
+    assert cell(row(longest_ever=120.0, cap=160, capped_steps=0.0)) == "none (<= 120 of 160)"

@@ -198,3 +198,26 @@ def test_crossed_se_cases_by_hand():
     assert r["ms_seed"] == pytest.approx(1.0) and r["ms_problem"] == pytest.approx(1.0)
     assert r["ms_res"] == pytest.approx(0.0, abs=1e-12)
     assert r["se"] == pytest.approx(math.sqrt(2 / 9)) and r["df"] == pytest.approx(4.0)
+
+
+def test_passk_with_per_problem_results_gets_the_two_way_se():
+    """With the evaluate stage's per-problem pass@k counts (right samples of n per problem of the subset), passk@k
+    is judged like greedy: the unbiased pass@k of each problem, the seeds x problems model (the SFT model's one draw
+    in the problem component). By hand, n = 4, k = 2: pass@2 = 1 - C(4 - c, 2) / C(4, 2), i.e. c = 0, 1, 2, 4 ->
+    0, 1/2, 5/6, 1; RL seed 1 right (4, 1, 0) -> (1, 1/2, 0), seed 2 (2, 0, 1) -> (5/6, 0, 1/2); SFT (4, 0, 0) ->
+    (1, 0, 0): d = (0, 1/2, 0) and (-1/6, 0, 1/2), mean 5/36."""
+    results = {"x": {}}
+    for seed, right in ((1, [4, 1, 0]), (2, [2, 0, 1])):
+        rec = _record([1, 0, 1], [0, 0, 1], 1.0, maj=[1, 1, 0])
+        rec["eval"] |= {"synthetic/tool/passk@1": 0.3, "synthetic/tool/passk@2": 0.5}
+        rec["sft_eval"] |= {"synthetic/tool/passk@2": 1 / 3, "synthetic/tool/passk_problems": 3.0}
+        ids = ["p0", "p1", "p2"]
+        rec["problems"]["rl"]["tool"]["passk"] = {"id": ids, "right": right, "samples": [4, 4, 4]}
+        rec["problems"]["sft"]["tool"]["passk"] = {"id": ids, "right": [4, 0, 0], "samples": [4, 4, 4]}
+        results["x"][seed] = rec
+    assert stats.per_problem(results["x"][2], "passk@k", "tool") == pytest.approx({"p0": 5 / 6, "p1": 0.0,
+                                                                                  "p2": 0.5})
+    row = stats.finding_row(Finding(claim="c", source="s", a="x", b="sft", metric="passk@k", expect="same"), results)
+    assert row["se_kind"] == "seeds x problems" and row["n_problems"] == 3
+    assert row["diff_common"] == pytest.approx(5 / 36)
+    assert row["se"] == pytest.approx(stats.crossed([[0, 0.5, 0], [-1 / 6, 0, 0.5]])["se"])

@@ -103,3 +103,43 @@ def test_lengths_group_similar_rows_without_changing_the_share():
     assert sorted(r for m in grouped for r in m) == sorted(r for m in plain for r in m)  # same rows for this rank
     flat = [lengths[r] for m in grouped for r in m]
     assert flat == sorted(flat)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# which problems SFT and RL learn from (sft.levels, sft.max_examples, rl.prompt_levels)
+
+def _problems(levels: list[int]) -> list[dict]:
+    return [{"id": f"p{i}", "level": lv} for i, lv in enumerate(levels)]
+
+
+def test_sft_records_keeps_the_chosen_levels_in_order_then_caps_them():
+    from dsmath.train.sft import sft_records
+
+    records = _problems([1, 3, 2, 3, 1, 2])
+    assert [r["id"] for r in sft_records(records, [1, 2], 0)] == ["p0", "p2", "p4", "p5"]
+    assert [r["id"] for r in sft_records(records, [1, 2], 3)] == ["p0", "p2", "p4"]
+    assert sft_records(records, [], 0) == records
+    assert [r["id"] for r in sft_records(records, [], 2)] == ["p0", "p1"]
+
+
+def test_sft_records_refuses_levels_the_world_does_not_have():
+    from dsmath.train.sft import sft_records
+
+    with pytest.raises(ValueError, match=r"^sft.levels \[4\] selects none .* \(its levels: \[1, 2\]\)"):
+        sft_records(_problems([1, 2, 2]), [4], 0)
+
+
+def test_rl_problems_takes_prompt_levels_and_refuses_an_empty_selection(tmp_path):
+    import json
+
+    from dsmath.config import parse_params
+    from dsmath.rl.run import rl_problems
+
+    for split, levels in (("train", [1, 3, 2, 3]), ("val", [1, 2])):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _problems(levels)))
+    params = parse_params({"common": {"paths": {"synthetic": str(tmp_path)}}, "rl": {"prompt_levels": [3]}})
+    train, probe = rl_problems(params)
+    assert [r["id"] for r in train] == ["p1", "p3"] and len(probe) == 2
+    params = parse_params({"common": {"paths": {"synthetic": str(tmp_path)}}, "rl": {"prompt_levels": [5]}})
+    with pytest.raises(ValueError, match=r"^rl.prompt_levels \[5\] selects none .* \(its levels: \[1, 2, 3\]\)"):
+        rl_problems(params)

@@ -40,7 +40,7 @@ from dsmath.config.data import (
     seed_dir,
 )
 from dsmath.config.evaluation import CHAIN, DATASETS, GREEDY_METRICS, EvalDatasets, Evaluate, metric_names
-from dsmath.config.rl import Ppo, Rewards, Rl, Sandbox
+from dsmath.config.rl import Ppo, Rejection, Rewards, Rl, Sandbox
 from dsmath.config.training import Base, Loop, Mix, Model, Optim, Pretrain, Probe, Sft, Tokenizer
 
 __all__ = [
@@ -71,6 +71,7 @@ __all__ = [
     "Ppo",
     "Pretrain",
     "Probe",
+    "Rejection",
     "Prob",
     "Rewards",
     "Rl",

@@ -82,7 +82,7 @@ class Synthetic(Section):
 
     families: list[Literal["arithmetic", "linear", "fraction_percent", "sums"]] = ["arithmetic", "linear",
                                                                                    "fraction_percent"]
-    levels: list[Annotated[int, Field(ge=1, le=5)]] = [1, 2]
+    levels: list[Annotated[int, Field(ge=1, le=5)]] = [1, 2, 3]
     n_train: PosInt = 20000
     n_val: PosInt = 500
     n_test: PosInt = 1000

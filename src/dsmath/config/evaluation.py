@@ -35,7 +35,7 @@ class Evaluate(Section):
     passk_problems: NonNegInt = 0  # pass@k up to large k on the first N synthetic test problems (0 = off)
     passk_samples: PosInt = 64  # samples per problem of that subset (sampled models and modes)
     passk_k: list[PosInt] = [1, 4, 16, 64]  # reported as synthetic/<mode>/passk@<k>
-    max_new_tokens: PosInt = 160
+    max_new_tokens: PosInt = 208
     max_tool_calls: PosInt = 2
     batch_size: PosInt = 256
     engine: Literal["auto", "fast", "hf"] = "auto"

@@ -51,6 +51,22 @@ class Ppo(Section):
     critic_lr: Annotated[float, Field(gt=0)] = 1e-4
 
 
+class Rejection(Section):
+    """DeepSeek-R1's rejection-sampling stage (R1 sec. 2.3.3) inside one RL run: after `at_step` RL steps, sample
+    the policy `samples` times on each of the stream's next `prompts` questions (at rl.temperature), keep up to
+    `keep_per_prompt` right outputs per question, fine-tune the policy on them (`epochs` passes in batches of
+    `batch_size`, AdamW at `lr`), then RL goes on from that model, which is also its new reference, with a fresh
+    optimiser (R1's second RL stage). 0 = off."""
+
+    at_step: NonNegInt = 0
+    prompts: PosInt = 256
+    samples: PosInt = 4
+    keep_per_prompt: PosInt = 2
+    epochs: PosInt = 2
+    batch_size: PosInt = 32
+    lr: Annotated[float, Field(gt=0)] = 5e-5
+
+
 class Rl(Section):
     init: Literal["sft", "pretrain"] = "sft"  # the model RL starts from (pretrain: no SFT, DeepSeek-R1-Zero)
     algorithm: str = "grpo"  # an RL choice: a name in its registry (dsmath.rl.registry.ALGORITHMS), see _registered
@@ -82,7 +98,7 @@ class Rl(Section):
     dynamic_sampling_rounds: PosInt = 4  # most sampling rounds of prompts_per_step questions per step
     temperature: Annotated[float, Field(gt=0)] = 1.0
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    max_new_tokens: PosInt = 160
+    max_new_tokens: PosInt = 208
     max_tool_calls: PosInt = 2
     ref_reset_every: NonNegInt = 0  # iterative GRPO (sec. 4.2): reference := policy every N steps (0 = never)
     prompt_levels: list[Annotated[int, Field(ge=1, le=5)]] = []
@@ -94,6 +110,7 @@ class Rl(Section):
     eval_problems: PosInt = 200
     samples_every: PosInt = 25
     ppo: Ppo = Ppo()
+    rejection: Rejection = Rejection()
 
     @field_validator("algorithm", "advantage", "importance_ratio", "kl", "aggregation", mode="before")
     @classmethod
@@ -113,6 +130,8 @@ class Rl(Section):
     def _combinations(self) -> Rl:
         if self.advantage != "outcome" and self.algorithm != "grpo":
             raise ValueError(f"advantage: {self.advantage} is a GRPO advantage rule (got algorithm {self.algorithm})")
+        if self.rejection.at_step and self.rejection.at_step >= self.steps:
+            raise ValueError(f"rejection.at_step: must be < steps {self.steps} (got {self.rejection.at_step}; 0 = off)")
         if self.overlong_buffer >= self.max_new_tokens:
             raise ValueError(f"overlong_buffer: must be < max_new_tokens {self.max_new_tokens} "
                              f"(got {self.overlong_buffer})")

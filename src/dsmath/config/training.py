@@ -93,7 +93,7 @@ class Base(Section):
 class Pretrain(Section):
     """Continual pretraining on the math corpus (DeepSeekMath sec. 2.2, at laptop scale)."""
 
-    train: Loop = Loop(max_steps=1000, checkpoint_every=250, optim=Optim(lr=3e-3, warmup_steps=10))
+    train: Loop = Loop(max_steps=2000, checkpoint_every=250, optim=Optim(lr=3e-3, warmup_steps=10))
     heldout_docs: PosInt = 300
     eval_tokens: PosInt = 65536
 
@@ -121,7 +121,7 @@ class Probe(Section):
     modes: list[Literal["cot", "pot", "tool"]] = ["cot", "pot", "tool"]  # also reported as <mode>/...
     k: PosInt = 8
     temperature: PosFloat = 1.0
-    max_new_tokens: PosInt = 160
+    max_new_tokens: PosInt = 208
     max_tool_calls: PosInt = 2
     batch_size: PosInt = 256  # sequences per sampler call
 
@@ -135,5 +135,6 @@ class Sft(Section):
     pack: bool = True  # pack each micro-batch's examples into rows of train.seq_len (attention within each example)
     mix: Mix = Mix()
     max_examples: NonNegInt = 0  # training problems used; 0 = all
+    levels: list[Annotated[int, Field(ge=1, le=5)]] = [1, 2]  # synthetic levels whose train problems SFT uses; [] = all
     val_examples: PosInt = 500  # held-out problems (val split) for the held-out loss
     probe: Probe = Probe()

@@ -111,6 +111,7 @@ def evaluate_split(gen: Generator, records: Sequence[dict], mode: str, cfg, sand
         "greedy_problems_per_s": len(records) / max(time.perf_counter() - t0, 1e-9),
         "n": float(len(records)),
     }
+    metrics |= greedy_by_level(records, greedy_ok)
     if mode == "cot":  # every rank holds every completion: the (cheap) check runs on each
         metrics |= table_metrics(equation_table(greedy))
     rows = [{"id": r["id"], "mode": mode, "question": r["question"], "gold": g, "greedy": c, "greedy_answer": a,
@@ -119,6 +120,18 @@ def evaluate_split(gen: Generator, records: Sequence[dict], mode: str, cfg, sand
     if sampled and cfg.n_samples > 0:
         metrics |= _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rewards_cfg, rows)
     return metrics, rows
+
+
+def greedy_by_level(records: Sequence[dict], correct: Sequence[bool]) -> dict[str, float]:
+    """`greedy_level<L>` per synthetic level (the problem's step count) where the records span more than one level
+    (the synthetic world: where RL's gains land); {} elsewhere."""
+    by: dict[int, list[bool]] = {}
+    for record, ok in zip(records, correct, strict=True):
+        if "level" in record:
+            by.setdefault(int(record["level"]), []).append(bool(ok))
+    if len(by) < 2:
+        return {}
+    return {f"greedy_level{level}": sum(oks) / len(oks) for level, oks in sorted(by.items())}
 
 
 PASSK_SEED_OFFSET = 64_064  # the pass@k subset's draws: a Generator seeded apart from the maj@k draws'
@@ -133,15 +146,17 @@ def passk_metrics(correct: Sequence[Sequence[bool]], ks: Sequence[int]) -> dict[
 
 
 def evaluate_passk(gen: Generator, records: Sequence[dict], mode: str, cfg, sandbox_cfg,
-                   rewards_cfg) -> dict[str, float]:
+                   rewards_cfg) -> tuple[dict[str, float], list[int]]:
     """pass@k up to large k on a subset (evaluate.passk_*; Limit-of-RLVR 2025): `passk_samples` samples of each
-    record at `temperature`, scored like the maj@k samples."""
+    record at `temperature`, scored like the maj@k samples. Returns the metrics and each record's number of right
+    samples (with the sample count, any pass@k of one problem: what a study's per-problem analysis needs)."""
     n, golds = cfg.passk_samples, [r["answer"] for r in records]
     texts, _ = gen([r["question"] for r in records for _ in range(n)], mode, cfg.temperature)
     answers = gen.map(lambda t: final_answers(t, mode, sandbox_cfg, gen.last_number), texts)
     flat = gen.map(lambda a, g: are_equivalent(a, g, rewards_cfg.equivalence_timeout_s), answers,
                    [g for g in golds for _ in range(n)])
-    return passk_metrics([flat[i * n : (i + 1) * n] for i in range(len(records))], cfg.passk_k)
+    correct = [flat[i * n : (i + 1) * n] for i in range(len(records))]
+    return passk_metrics(correct, cfg.passk_k), [int(sum(c)) for c in correct]
 
 
 def _sampling_metrics(gen, questions, golds, mode, cfg, sandbox_cfg, rewards_cfg, rows) -> dict[str, float]:
@@ -170,8 +185,9 @@ def evaluate_model(model, tokenizer, datasets: dict[str, list[dict]], cfg, sandb
     """Flat metrics `<dataset>/<mode>/<metric>` over every dataset and mode, and all prediction rows.
     Samples (maj@k, pass@k) are drawn where `sampling` and the (dataset, mode) is in the sampled lists; with
     `passk_problems` > 0 also `passk_samples` per problem of the first `passk_problems` synthetic test problems in
-    each sampled mode (`synthetic/<mode>/passk@<k>`, `synthetic/<mode>/passk_problems`), from a Generator of its
-    own seeded `seed + PASSK_SEED_OFFSET`, after every other draw.
+    each sampled mode (`synthetic/<mode>/passk@<k>`, `synthetic/<mode>/passk_problems`; per problem, its row's
+    `passk_right` of `passk_samples`), from a Generator of its own seeded `seed + PASSK_SEED_OFFSET`, after every
+    other draw.
     world, dtype: as in :class:`Generator` (every rank returns the same metrics and rows)."""
     gen = Generator(model, tokenizer, cfg, sandbox_cfg, seed, last_number, world, dtype)
     metrics: dict[str, float] = {}
@@ -186,6 +202,10 @@ def evaluate_model(model, tokenizer, datasets: dict[str, list[dict]], cfg, sandb
         subset = datasets["synthetic"][: cfg.passk_problems]
         passk_gen = Generator(model, tokenizer, cfg, sandbox_cfg, seed + PASSK_SEED_OFFSET, last_number, world, dtype)
         for mode in [m for m in cfg.modes if m in cfg.sampled_modes]:
-            m = evaluate_passk(passk_gen, subset, mode, cfg, sandbox_cfg, rewards_cfg)
+            m, right = evaluate_passk(passk_gen, subset, mode, cfg, sandbox_cfg, rewards_cfg)
             metrics |= {f"synthetic/{mode}/{k}": v for k, v in m.items()}
+            index = {(row["dataset"], row["mode"], row["id"]): row for row in rows}
+            for record, c in zip(subset, right, strict=True):  # the subset's rows: right samples of passk_samples
+                row = index[("synthetic", mode, record["id"])]
+                row["passk_right"], row["passk_samples"] = c, cfg.passk_samples
     return metrics, rows

@@ -31,6 +31,7 @@ def step_metrics(cfg, world: World, batch: Batch, sampled: Scores, ref_lp: torch
         "rewards": sampled.rewards, "accuracy": sampled.accuracy, "format": sampled.format,
         "lengths": ro.completion_mask.sum(dim=1).float(), "kl": (kl * m).sum(-1), "logp": (ro.logprobs * m).sum(-1),
         "tokens": m.sum(-1), "tool_calls": ro.tool_calls.float(), "keep": keep.float(),
+        "cut": (~ro.finished.bool()).float(),
     })
     r, lengths, tokens = per_row["rewards"], per_row["lengths"], per_row["tokens"].sum().clamp(min=1)
     out = {
@@ -44,6 +45,7 @@ def step_metrics(cfg, world: World, batch: Batch, sampled: Scores, ref_lp: torch
         "entropy": float(-per_row["logp"].sum() / tokens),  # sampled-token estimate
         "response_len_mean": float(lengths.mean()),
         "response_len_max": float(lengths.max()),
+        "truncated_rate": float(per_row["cut"].mean()),  # rows cut by max_new_tokens (no EOS)
         "trained_rows": float(per_row["keep"].sum()) if stats else 0.0,
         "lr": lr,
         "skipped_steps": float(skipped),

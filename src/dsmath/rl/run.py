@@ -9,6 +9,9 @@ curve and MLflow (the others get a :class:`dsmath.runtime.tracking.NullRun`), an
 A checkpoint that does not load (zero-byte, truncated, garbled) is moved aside to ``state.pt.corrupt`` with a
 :class:`dsmath.train.checkpoint.CorruptCheckpointWarning` naming it, and the run starts afresh.
 
+With ``rl.rejection.at_step`` the run samples, keeps its right outputs and fine-tunes on them before that step
+(DeepSeek-R1's middle stages, :mod:`dsmath.rl.rejection`), logs ``rl/rs_*`` and checkpoints at once.
+
 A diverged run fails with :class:`dsmath.train.loop.DivergenceError` and writes no model: as soon as more optimiser
 updates were skipped (non-finite loss or gradient, see ``RLTrainer._optimise``) than ``rl.max_skipped_share`` of the
 run's planned updates (``steps x mu x minibatches``), so that the share can no longer be met; at the end, when more
@@ -33,10 +36,12 @@ from dsmath.core import codedeps
 from dsmath.data.io import read_jsonl
 from dsmath.generation.tools import sandbox_tool
 from dsmath.modeling.model import load_dir, save_dir
+from dsmath.rl.rejection import rejection_stage
 from dsmath.rl.scoring import Scorer
 from dsmath.rl.trainer import RLTrainer
 from dsmath.runtime import distributed, precision
 from dsmath.train import checkpoint
+from dsmath.train import data as train_data
 from dsmath.train.checkpoint import CorruptCheckpointError, CorruptCheckpointWarning, fingerprint
 from dsmath.train.loop import DivergenceError, check_weights
 
@@ -47,8 +52,7 @@ CURVE = ("step", "rl/reward_mean", "rl/accuracy", "rl/kl", "rl/format_rate", "rl
 def rl_problems(params) -> tuple[list[dict], list[dict]]:
     """(training prompts: synthetic train split at `rl.prompt_levels`, held-out val problems for the probe)."""
     syn = Path(params.common.paths.synthetic)
-    levels = set(params.rl.prompt_levels)
-    train = [r for r in read_jsonl(syn / "train.jsonl") if not levels or r["level"] in levels]
+    train = train_data.at_levels(read_jsonl(syn / "train.jsonl"), params.rl.prompt_levels, "rl.prompt_levels")
     return train, read_jsonl(syn / "val.jsonl")[: params.rl.eval_problems]
 
 
@@ -174,6 +178,11 @@ def train_rl(params, run, seed: int, world: distributed.World | None = None) -> 
     t0 = time.perf_counter()
     for step in tqdm(range(trainer.step_count, cfg.steps), desc=f"rl {cfg.algorithm}", initial=trainer.step_count,
                      total=cfg.steps, disable=not world.is_main):
+        if cfg.rejection.at_step == step and step and not trainer.rejection_done:  # R1's middle stages, once
+            run.log_metrics(rejection_stage(trainer, seed), step=step)
+            if world.is_main:  # a resumed run does not sample and fine-tune again
+                _save_checkpoint(trainer, history, ckpt, fp)
+            distributed.barrier(world)
         m = {"step": step + 1, **trainer.step()}
         problem = skipped_problem(trainer, cfg, finished=False)  # the same on every rank
         if problem:

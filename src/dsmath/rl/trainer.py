@@ -70,9 +70,7 @@ class RLTrainer:
         self.cfg, self.policy, self.tok, self.problems, self.scorer = cfg, policy, tokenizer, list(problems), scorer
         self.algo: Algorithm = ALGORITHMS[cfg.algorithm]
         self.ref = _frozen_copy(policy)
-        self.opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        warm = max(cfg.warmup_steps, 1)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
+        self.opt, self.sched = self._optimiser()
         self.critic = self.critic_opt = None
         if self.algo.critic:
             self.critic = ppo_math.ValueModel(copy.deepcopy(policy)).to(self.world.device)
@@ -83,6 +81,19 @@ class RLTrainer:
         self.tool = ToolMode(tool_fn, tokenizer, max_calls=cfg.max_tool_calls) if tool_fn else None
         self.eos = [tokenizer.eos_token_id]
         self.last_samples: list[dict] = []  # a few completions of the latest step, for the MLflow samples table
+        self.rejection_done = False  # rl.rejection's stage has run (dsmath.rl.rejection)
+
+    def _optimiser(self):
+        """AdamW over the policy and its warm-up schedule (linear over rl.warmup_steps)."""
+        opt = torch.optim.AdamW(self.policy.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        warm = max(self.cfg.warmup_steps, 1)
+        return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
+
+    def restart_from_policy(self) -> None:
+        """A new RL stage from the policy as it is (R1's second RL stage, :mod:`dsmath.rl.rejection`): it becomes the
+        reference, and the optimiser and its warm-up start afresh."""
+        self.ref.load_state_dict(self.policy.state_dict())
+        self.opt, self.sched = self._optimiser()
 
     # ---------------------------------------------------------------- data
 
@@ -315,7 +326,7 @@ class RLTrainer:
             "policy": self.policy.state_dict(), "ref": self.ref.state_dict(), "opt": self.opt.state_dict(),
             "sched": self.sched.state_dict(), "gen": self.gen.get_state(), "step": self.step_count,
             "skipped": self.skipped, "updates": self.updates, "cursor": self.cursor,
-            "torch_rng": torch.get_rng_state(),
+            "rejection_done": self.rejection_done, "torch_rng": torch.get_rng_state(),
             "critic": self.critic.state_dict() if self.critic else None,
             "critic_opt": self.critic_opt.state_dict() if self.critic_opt else None,
         }
@@ -328,6 +339,7 @@ class RLTrainer:
         self.gen.set_state(s["gen"].cpu())
         torch.set_rng_state(s["torch_rng"].cpu())
         self.step_count, self.skipped, self.cursor = s["step"], s["skipped"], s["cursor"]
+        self.rejection_done = s.get("rejection_done", False)
         self.updates = s.get("updates", s["step"] * self.cfg.mu * self.cfg.minibatches)  # older states: the most
         if self.critic is not None:
             self.critic.load_state_dict(s["critic"])

@@ -17,10 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
+from typing import get_args
 
 import torch
 
-STAGES = ("base", "pretrain", "sft", "rl", "evaluate")  # the torch stages (``rl@1234`` is rl)
+from dsmath.config.data import TorchStage
+
+STAGES: tuple[str, ...] = get_args(TorchStage)  # the torch stages, as params name them (``rl@1234`` is rl)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})  # x86 (AVX-512-BF16, AMX), Arm (FEAT_BF16)
 

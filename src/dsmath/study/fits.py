@@ -148,8 +148,15 @@ def fit_seeds(curves: Sequence[dict[float, float]], resamples: int = BOOTSTRAP_R
     return out
 
 
-def run_curve(curve: Sequence[dict], samples_per_step: float) -> dict[float, float]:
+def run_curve(curve: Sequence[dict], samples_per_step: float, extra: tuple[int, float] = (0, 0.0)
+              ) -> dict[float, float]:
     """{RL samples: held-out greedy accuracy} of a run record's curve (rows with `step` and `val_greedy_acc`):
-    samples = step x prompts_per_step x group_size (`samples_per_step`)."""
-    return {float(r.get("step", 0)) * samples_per_step: float(r["val_greedy_acc"]) for r in curve
-            if r.get("val_greedy_acc") is not None}
+    samples = step x prompts_per_step x group_size (`samples_per_step`), plus `extra` = (after step, samples) drawn
+    once between steps (rl.rejection's sampling: from that step on).
+
+    >>> run_curve([{"step": 0, "val_greedy_acc": 0.5}, {"step": 2, "val_greedy_acc": 0.6}], 10, extra=(1, 5))
+    {0.0: 0.5, 25.0: 0.6}
+    """
+    after, more = extra
+    return {float(r.get("step", 0)) * samples_per_step + (more if after and r.get("step", 0) > after else 0.0):
+            float(r["val_greedy_acc"]) for r in curve if r.get("val_greedy_acc") is not None}

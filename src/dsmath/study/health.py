@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dsmath.runtime import tracking
 from dsmath.study.stats import mean
 
-KEYS = ("zero_std_groups", "clip_frac", "entropy", "kl", "response_len_mean", "response_len_max", "format_rate",
-        "grad_norm")
+KEYS = ("zero_std_groups", "clip_frac", "entropy", "kl", "response_len_mean", "response_len_max", "truncated_rate",
+        "format_rate", "grad_norm")
 WINDOW = 10  # steps averaged at the start and at the end of a run
 
 

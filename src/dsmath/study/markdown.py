@@ -169,22 +169,28 @@ def health_section(rows: list[dict]) -> list[str]:
         return " -> ".join(f"{scale * x:.{digits}f}".replace("-0." + "0" * digits, "0." + "0" * digits)
                            for x in (a, b))  # no "-0.0000" for a tiny negative estimate
 
+    def truncated(r: dict) -> str:  # the logged rate of rows cut by the cap; else whether any length reached it
+        if r.get("truncated_rate/start") is not None:
+            return arrow(r, "truncated_rate", 100.0, 1) + " %"
+        return _truncated(r.get("longest_ever"), r.get("cap"), r.get("capped_steps"))
+
     lines = ["## Health of the RL runs", "",
              f"Per variant, the mean of each signal over the first {w} and the last {w} RL steps (first -> last), "
              "averaged over the seeds whose record holds the RL stage's logged curve. Flat groups: share of groups "
              "whose rewards are all equal (no learning signal; DAPO's dynamic sampling counts the groups it drew); "
              "clipped: share of policy tokens whose ratio the clip cut (0 when every step is on-policy, `mu: 1`); "
              "entropy: sampled-token estimate, nats per token; KL: k3 estimate to the reference, per token; length: "
-             "mean and longest response in tokens; truncated: whether any response reached the cap "
-             "(rl.max_new_tokens) and in what share of the steps (of all seeds) one did (none: the longest of all "
-             "stayed below it, so no output was cut); format: share of samples with a well-formed answer.", "",
+             "mean and longest response in tokens; truncated: the share of responses cut by the cap "
+             "(rl.max_new_tokens, no end of text) where the RL stage logged it; for older records whether any "
+             "response reached the cap and in what share of the steps (of all seeds) one did (none: the longest of "
+             "all stayed below it, so no output was cut); format: share of samples with a well-formed answer.", "",
              "| variant | seeds | flat groups % | clipped % | entropy | KL | mean length | longest | truncated "
              "| format % | grad norm |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['variant']} | {r['seeds']} | {arrow(r, 'zero_std_groups', 100.0, 0)} | "
                      f"{arrow(r, 'clip_frac', 100.0, 1)} | {arrow(r, 'entropy')} | {arrow(r, 'kl', 1.0, 4)} | "
                      f"{arrow(r, 'response_len_mean', 1.0, 0)} | {arrow(r, 'response_len_max', 1.0, 0)} | "
-                     f"{_truncated(r.get('longest_ever'), r.get('cap'), r.get('capped_steps'))} | "
+                     f"{truncated(r)} | "
                      f"{arrow(r, 'format_rate', 100.0, 0)} | "
                      f"{arrow(r, 'grad_norm')} |")
     return lines

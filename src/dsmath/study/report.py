@@ -78,7 +78,8 @@ def code_status(study: Study, results: dict[str, dict[int, dict]]) -> list[dict]
 
 def fit_rows(results: dict[str, dict[int, dict]], study: Study) -> list[dict]:
     """Per variant: ScaleRL's fit (:func:`dsmath.study.fits.fit_seeds`) of held-out greedy accuracy against RL
-    samples (step x prompts_per_step x group_size of the variant's params) over its seeds' curves."""
+    samples (step x prompts_per_step x group_size of the variant's params, and rl.rejection's) over its seeds'
+    curves."""
     rows = []
     for name in study.variants:
         runs = results.get(name)
@@ -87,7 +88,8 @@ def fit_rows(results: dict[str, dict[int, dict]], study: Study) -> list[dict]:
         seed = min(runs)
         rl = variant_params(study, name, seed, study.profile).rl
         per_step = rl.prompts_per_step * rl.group_size
-        curves = [c for r in runs.values() if (c := fits.run_curve(r.get("curve") or [], per_step))]
+        rejection = (rl.rejection.at_step, rl.rejection.prompts * rl.rejection.samples)  # its samples count too
+        curves = [c for r in runs.values() if (c := fits.run_curve(r.get("curve") or [], per_step, rejection))]
         rows.append({"variant": name, "mode": runs[seed]["mode"], "samples_per_step": per_step,
                      **fits.fit_seeds(curves)})
     return rows

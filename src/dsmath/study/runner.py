@@ -103,8 +103,9 @@ def _read_csv(path: Path) -> list[dict]:
 
 
 def problem_table(predictions: Path, timeout_s: float) -> dict[str, dict[str, list]]:
-    """{mode: {id, greedy, maj, pass}} over the synthetic test problems of a predictions file: 0/1 per problem for
-    greedy, maj@n (vote over all n samples) and pass@n (any sample right), in the file's order."""
+    """{mode: {id, greedy, maj, pass[, passk]}} over the synthetic test problems of a predictions file: 0/1 per
+    problem for greedy, maj@n (vote over all n samples) and pass@n (any sample right), in the file's order; `passk`:
+    the pass@k subset's {id, right, samples} (right samples of the samples drawn, per problem), where it was drawn."""
     from dsmath.evaluation.metrics import majority_answer
     from dsmath.rewards.equivalence import is_equivalent
 
@@ -125,6 +126,11 @@ def problem_table(predictions: Path, timeout_s: float) -> dict[str, dict[str, li
             voted = majority_answer(r["sample_answers"], eq)
             t["maj"].append(int(voted is not None and eq(voted, r["gold"])))
             t["pass"].append(int(any(r["sample_correct"])))
+        if "passk_right" in r:  # the pass@k subset: right samples of passk_samples
+            k = t.setdefault("passk", {"id": [], "right": [], "samples": []})
+            k["id"].append(r["id"])
+            k["right"].append(int(r["passk_right"]))
+            k["samples"].append(int(r["passk_samples"]))
     return {m: t if t["maj"] else {k: v for k, v in t.items() if k not in ("maj", "pass")} for m, t in out.items()}
 
 

@@ -34,12 +34,20 @@ def metric_of(result: dict, metric: str, mode: str, model: str = "rl") -> float 
     return source.get(f"synthetic/{mode}/{metric}")
 
 
-def per_problem(result: dict, metric: str, mode: str, model: str = "rl") -> dict[str, int] | None:
-    """{problem id: 0/1} of greedy / maj@n / pass@n (n = the samples drawn: `maj@k` and `pass@k` at the largest k)."""
+def per_problem(result: dict, metric: str, mode: str, model: str = "rl") -> dict[str, float] | None:
+    """{problem id: value} of greedy / maj@n / pass@n (0/1; n = the samples drawn: `maj@k` and `pass@k` at the
+    largest k) and of passk@k (the unbiased pass@k of each problem of the subset, k the run's largest)."""
+    from dsmath.evaluation.metrics import pass_at_k
+
     table = result["problems"][model].get(mode)
     column = metric.split("@")[0]
     if not table or column not in table:
         return None
+    if column == "passk":
+        k, sub = k_max(result, mode, "passk"), table["passk"]
+        if k is None:
+            return None
+        return {i: pass_at_k(n, c, k) for i, c, n in zip(sub["id"], sub["right"], sub["samples"], strict=True)}
     return dict(zip(table["id"], table[column], strict=True))
 
 

@@ -179,3 +179,13 @@ class StepSchedule:
         if lengths is not None:
             mine = sorted(mine, key=lambda r: (lengths[r], r))
         return [mine[i : i + micro] for i in range(0, per, micro)]
+
+
+def at_levels(records: list[dict], levels: list[int], what: str) -> list[dict]:
+    """The synthetic records at `levels` (all when empty), in order; a selection that leaves none is refused, naming
+    the param `what` and the levels the records have (a params mistake, not an empty run)."""
+    chosen = [r for r in records if not levels or r["level"] in levels]
+    if not chosen:
+        have = sorted({r["level"] for r in records})
+        raise ValueError(f"{what} {sorted(levels)} selects none of the train split's problems (its levels: {have})")
+    return chosen

@@ -17,6 +17,13 @@ from dsmath.train import causal, data, evaluate, probe, recipes
 from dsmath.train.loop import LogFn, train
 
 
+def sft_records(records: list[dict], levels: list[int], max_examples: int) -> list[dict]:
+    """The train problems SFT learns from: those at `levels` (all when empty), the first `max_examples` (all when 0).
+    A selection that leaves nothing is refused (a params mistake, not an empty run)."""
+    chosen = data.at_levels(records, levels, "sft.levels")
+    return chosen[:max_examples] if max_examples else chosen
+
+
 def examples_for(records: list[dict], mix, tokenizer, max_len: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """SFT (input_ids, labels) pairs, one per record, style drawn from `mix` (a params Mix section) with `seed`."""
     modes = data.assign_modes(len(records), mix.model_dump(), seed)
@@ -37,8 +44,7 @@ def sft(params, accelerator, log: LogFn) -> recipes.Outcome:
     synthetic = Path(params.common.paths.synthetic)
     start_dir = recipes.stage_dirs(params, section.init)[0]
     model, tokenizer = models.load_dir(start_dir)
-    records = read_jsonl(synthetic / "train.jsonl")
-    records = records[: section.max_examples] if section.max_examples else records
+    records = sft_records(read_jsonl(synthetic / "train.jsonl"), section.levels, section.max_examples)
     examples = examples_for(records, section.mix, tokenizer, section.train.seq_len, seed)
     pad = tokenizer.pad_token_id
     fp = recipes.run_fingerprint(params, "sft", {"sft": section.model_dump()},
