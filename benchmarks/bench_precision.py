@@ -5,7 +5,8 @@ a few RL steps, a slice of the evaluation), in a scratch workspace made from a p
 `data/` and `models/` are linked, never written). The two precisions alternate, `--repeats` times, so that a change
 in the machine's load hits both alike. Per stage it reads the stage's own speed metric (tokens/s of training time,
 s/step of RL, problems/s of evaluation) and prints the bf16 / fp32 ratio (> 1: bf16 faster), with the CPU's name,
-its bf16 flags and the fp32 and bf16 matmul rates. The stages where bf16 is faster are what `common.auto_bf16` lists.
+its bf16 flags and the fp32 and bf16 matmul rates. The stages where bf16 is faster are what `common.auto_bf16` lists
+for this kind of CPU (amx, avx512_bf16, arm_bf16).
 
     .venv/bin/python benchmarks/bench_precision.py --chain /path/to/built/project \
         --out benchmarks/results/precision.json
@@ -104,6 +105,7 @@ def main() -> None:
     chain, tmp = Path(args.chain).resolve(), Path(args.tmp)
     torch.set_num_threads(2)
     machine = {"cpu": cpu_name(), "cpu_bf16_flags": sorted(precision.cpu_flags() & precision.NATIVE_BF16_FLAGS),
+               "cpu_bf16_kind": precision.bf16_kind(precision.cpu_flags()),
                "cores": os.cpu_count(),
                "matmul_gflops_before": {d: matmul_flops_per_s(2048, dtype=precision.DTYPES[d]) / 1e9 for d in DTYPES}}
     print(json.dumps(machine))

@@ -69,3 +69,22 @@ def test_rl_stage_refuses_a_seed_outside_common_rl_seeds(tmp_path):
     proc = subprocess.run(cmd, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True)
     assert proc.returncode != 0 and "seed must be one of common.rl_seeds" in proc.stderr
     assert not (tmp_path / "models").exists()
+
+
+def test_rl_in_bfloat16_is_deterministic_by_seed(chain, tmp_path):
+    """`common.dtype: bfloat16` (what `auto` picks for rl on a CPU with AMX): two runs of one seed end on the same
+    weights, bit for bit, and not on float32's; the metrics say bf16. (On a CPU without native bf16 torch emulates
+    it: slower, and as deterministic.)"""
+    bf16 = {**RUN, "rl.steps": 3, "rl.checkpoint_every": 1000, "rl.samples_every": 1000}  # PPO: it moves the weights
+    digests = {}
+    for name, dtype in (("a", "bfloat16"), ("b", "bfloat16"), ("fp32", "float32")):
+        tmp = tmp_path / name
+        tmp.mkdir()
+        for folder in ("data/synthetic", "models/sft"):
+            shutil.copytree(chain / folder, tmp / folder)
+        params = write_params(tmp, smoke_params(tmp, **bf16, **{"common.dtype": dtype}))
+        subprocess.run([sys.executable, "-m", "stages.rl", "--params", str(params), SEED], cwd=tmp,
+                       env=subprocess_env(), check=True, capture_output=True)
+        digests[name] = weights_digest(tmp / "models" / "rl" / "seed-1234")
+        assert json.loads((tmp / "metrics" / "rl" / "seed-1234.json").read_text())["bf16"] == float(dtype == "bfloat16")
+    assert digests["a"] == digests["b"] != digests["fp32"]

@@ -151,6 +151,7 @@ def test_dtype_auto_is_float32_without_native_bf16_and_bf16_with_it(chain, tmp_p
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("dsmath-test").experiment_id])
     assert [r.data.tags["dsmath.dtype"] for r in runs] == ["bfloat16" if cpu_bf16 else "float32"] * len(digests)
+    assert {r.data.tags["env.cpu_bf16"] for r in runs} == {"avx512_bf16" if cpu_bf16 else "none"}
 
 
 def _pretrain_cmd(tmp: Path, **overrides) -> list[str]:

@@ -365,3 +365,22 @@ def test_bfloat16_decoding_agrees_with_float32_decoding(model, engine):
     assert float((bf16.completion_ids[:, 0] == fp32.completion_ids[:, 0]).float().mean()) >= 0.75
     first = bf16.completion_ids[:, 0] == fp32.completion_ids[:, 0]
     torch.testing.assert_close(bf16.logprobs[first, 0], fp32.logprobs[first, 0], rtol=0, atol=0.1)
+
+
+
+def test_fast_engine_in_bfloat16_attends_in_float32_on_a_cpu(model):
+    """On a CPU the bf16 engine keeps its weights (and their matmuls) in bf16 but its KV cache, scores and softmax in
+    float32 (there bf16 batched matmuls over the cache's slices copy their operands first: slower than float32);
+    the shared-prompt attention reads that float32 cache as the rows' own copies do."""
+    prompts = prompts_of([5, 8, 3])
+    inverse = torch.tensor([1, 0, 0, 2, 1])
+    ids, mask = left_pad(prompts, PAD, model.device)
+    shared, own = (FastLlama(model, len(inverse), ids.shape[1] + 4, dtype=torch.bfloat16) for _ in range(2))
+    assert shared.cache.dtype == torch.float32 and shared.layers[0].wqkv.dtype == torch.bfloat16
+    with torch.no_grad():
+        a, b = shared.prefill(ids, mask, inverse), own.prefill(ids[inverse], mask[inverse])
+        assert shared.shared is not None and shared.shared.k[0].dtype == torch.float32
+        for _ in range(3):
+            torch.testing.assert_close(a.float(), b.float(), rtol=0, atol=0.05)
+            tokens = b.argmax(-1)
+            a, b = shared.step(tokens), own.step(tokens)

@@ -29,6 +29,7 @@ from dsmath.config.base import (
 )
 from dsmath.config.data import (
     SKILL_FAMILIES,
+    AutoBf16,
     Classifier,
     Common,
     Corpus,
@@ -50,6 +51,7 @@ __all__ = [
     "SKILL_FAMILIES",
     "Base",
     "Classifier",
+    "AutoBf16",
     "Common",
     "Corpus",
     "Data",

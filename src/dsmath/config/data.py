@@ -41,15 +41,24 @@ class Tracking(Section):
 TorchStage = Literal["base", "pretrain", "sft", "rl", "evaluate"]
 
 
+class AutoBf16(Section):
+    """The stages ``dtype: auto`` runs in bf16 on a CPU with native bf16, per kind of such CPU (those measured faster
+    in bf16 there by benchmarks/bench_precision.py; a CUDA GPU with bf16: every stage). A CPU with AMX counts as
+    ``amx`` even though it has AVX-512-BF16 too."""
+
+    amx: list[TorchStage] = ["base", "pretrain", "sft"]  # Intel Xeon with AMX tiles
+    avx512_bf16: list[TorchStage] = ["base", "pretrain", "sft"]  # AVX-512-BF16 without AMX (AMD Zen 4 and later)
+    arm_bf16: list[TorchStage] = []  # Arm FEAT_BF16: not measured yet, so float32
+
+
 class Common(Section):
     seed: NonNegInt = 1234  # the data, corpora and supervised models
     rl_seeds: list[NonNegInt] = [1234, 1235, 1236]  # one RL run per seed from the same SFT model: stage rl@<seed>
     python: str = ".venv/bin/python"  # interpreter DVC runs the stage commands with
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"  # compute precision (autocast); weights stay
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"  # compute precision (autocast); weights stay
     # float32. auto: bf16 where the device computes it natively (dsmath.runtime.precision), float32 elsewhere
-    auto_bf16: list[TorchStage] = ["base", "pretrain", "sft"]
-    # the stages that auto runs in bf16 on a CPU with native bf16 (measured faster there; a CUDA GPU: every stage)
+    auto_bf16: AutoBf16 = AutoBf16()  # per kind of native-bf16 CPU, the stages auto runs in bf16 there
     num_threads: NonNegInt = 2  # torch intra-op threads of each process; 0 = library default
     processes: PosInt = 1  # local worker processes of each torch stage (base, pretrain, sft, rl, evaluate): the
     # stage launches itself over them (torch.distributed.run, gloo on CPU); 1 = one plain process

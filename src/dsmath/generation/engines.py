@@ -92,9 +92,13 @@ class FastLlama:
         self.lm_head = (cast(model.lm_head.weight.detach()), cast(_bias(model.lm_head)))
         w = self.embed
         self.upcast = w.dtype != torch.float32  # RMSNorm and RoPE run in float32, as in HF
+        # the attention (cached keys and values, scores, softmax) in float32 on a CPU whatever the weights' dtype:
+        # there the batched bf16 matmuls over the cache's slices copy their operands first (1.6x slower decoding
+        # steps than float32 on an AMX Xeon), while the weights' matmuls are where bf16 gains; natively elsewhere
+        self.att = torch.float32 if w.device.type == "cpu" else w.dtype
         self._use_cache(torch.empty(len(self.layers), 2, batch, self.kv_heads, max_len, self.head_dim,
-                                    dtype=w.dtype, device=w.device))
-        self.bias = torch.full((batch, max_len), float("-inf"), dtype=w.dtype, device=w.device)
+                                    dtype=self.att, device=w.device))
+        self.bias = torch.full((batch, max_len), float("-inf"), dtype=self.att, device=w.device)
         self.pos = torch.zeros(batch, dtype=torch.long, device=w.device)
         self.length = 0
         self.shared: SharedPrefix | None = None  # set by a prefill over distinct prompts
@@ -121,14 +125,14 @@ class FastLlama:
         for i, layer in enumerate(self.layers):
             qkv = F.linear(self._norm(x), layer.wqkv, layer.bqkv).view(n, p, -1, self.head_dim)
             self._rotate_(qkv, cis)
-            q, k, v = qkv.transpose(1, 2).split((h, kv, kv), dim=1)  # (N, heads | kv_heads, P, D)
+            q, k, v = qkv.transpose(1, 2).to(self.att).split((h, kv, kv), dim=1)  # (N, heads | kv_heads, P, D)
             if self.shared is None:
                 self.cache[i, 0, :, :, :p] = k[rows]
                 self.cache[i, 1, :, :, :p] = v[rows]
             else:
                 self.shared.store(i, k, v)
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=kv != h, scale=1.0)
-            x = x + F.linear(a.transpose(1, 2).reshape(n, p, -1), layer.wo, layer.bo)
+            x = x + F.linear(a.transpose(1, 2).reshape(n, p, -1).to(x.dtype), layer.wo, layer.bo)
             gate, up = F.linear(self._norm(x), layer.wgu, layer.bgu).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate).mul_(up), layer.wd, layer.bd)
         self.length, self.pos = p, pos[rows, -1] + 1
@@ -153,13 +157,13 @@ class FastLlama:
             keys, values = self.keys[i], self.values[i]  # (N * kv, max_len, D)
             keys.select(1, slot).copy_(qkv[:, h: h + kv].reshape(n * kv, -1))
             values.select(1, slot).copy_(qkv[:, h + kv:].reshape(n * kv, -1))
-            q = qkv[:, :h].reshape(group_shape)
+            q = qkv[:, :h].reshape(group_shape).to(self.att)
             if shared is None:
                 scores = torch.baddbmm(bias, q, keys[:, : t + 1].transpose(1, 2))
                 a = torch.bmm(torch.softmax(scores, dim=-1), values[:, : t + 1]).view(n, -1)  # (N, h * D)
             else:
                 a = shared.attend(i, q, keys[:, : slot + 1], values[:, : slot + 1])
-            x = _add_linear(x, a, layer.wo_t, layer.bo)
+            x = _add_linear(x, a.to(x.dtype), layer.wo_t, layer.bo)
             gate, up = F.linear(self._norm(x), layer.wgu, layer.bgu).chunk(2, dim=-1)
             x = _add_linear(x, F.silu(gate).mul_(up), layer.wd_t, layer.bd)
         self.length, self.pos = t + 1, self.pos + 1

@@ -58,14 +58,14 @@ def env_tags() -> dict[str, str]:
 
 
 def precision_tags(stage: str, params) -> dict[str, str]:
-    """A torch stage's compute precision (``dsmath.dtype``: what ``common.dtype`` resolved to here) and whether this
-    CPU computes bf16 natively (``env.cpu_bf16``); nothing for the other stages."""
+    """A torch stage's compute precision (``dsmath.dtype``: what ``common.dtype`` resolved to here) and the kind of
+    native bf16 this CPU has (``env.cpu_bf16``: amx, avx512_bf16, arm_bf16 or none); nothing for the other stages."""
     from dsmath.runtime import precision
 
     if stage.split("@")[0] not in precision.STAGES:
         return {}
     return {"dsmath.dtype": precision.stage_dtype(params.common, stage),
-            "env.cpu_bf16": str(precision.native_bf16(precision.cpu_flags())).lower()}
+            "env.cpu_bf16": precision.bf16_kind(precision.cpu_flags()) or "none"}
 
 
 def dvc_dep_tags(stage: str, lock_path: str | os.PathLike = "dvc.lock") -> dict[str, str]:
