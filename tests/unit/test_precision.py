@@ -78,8 +78,7 @@ def test_stage_dtype_reads_the_machine(monkeypatch):
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
     only_sft = auto.model_copy(update={"auto_bf16": AutoBf16(amx=[], avx512_bf16=["sft"], arm_bf16=[])})
     assert [precision.stage_dtype(only_sft, s, "cpu") for s in ("sft", "pretrain")] == ["bfloat16", "float32"]
-    assert common.dtype == "auto"  # the default: bf16 where measured faster (sft on AVX-512-BF16 here), else fp32
-    assert [precision.stage_dtype(common, s, "cpu") for s in ("sft", "rl")] == ["bfloat16", "float32"]
+    assert precision.stage_dtype(common, "sft", "cpu") == "float32"  # the default: float32 everywhere
 
 
 def test_params_refuse_an_unknown_stage_in_auto_bf16(tmp_path):

@@ -56,7 +56,7 @@ class Common(Section):
     rl_seeds: list[NonNegInt] = [1234, 1235, 1236]  # one RL run per seed from the same SFT model: stage rl@<seed>
     python: str = ".venv/bin/python"  # interpreter DVC runs the stage commands with
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"  # compute precision (autocast); weights stay
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"  # compute precision (autocast); weights stay
     # float32. auto: bf16 where the device computes it natively (dsmath.runtime.precision), float32 elsewhere
     auto_bf16: AutoBf16 = AutoBf16()  # per kind of native-bf16 CPU, the stages auto runs in bf16 there
     num_threads: NonNegInt = 2  # torch intra-op threads of each process; 0 = library default
