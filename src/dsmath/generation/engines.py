@@ -93,7 +93,7 @@ class FastLlama:
         w = self.embed
         self.upcast = w.dtype != torch.float32  # RMSNorm and RoPE run in float32, as in HF
         # the attention (cached keys and values, scores, softmax) in float32 on a CPU whatever the weights' dtype:
-        # there the batched bf16 matmuls over the cache's slices copy their operands first (1.6x slower decoding
+        # there the batched bf16 matmuls over the cache's slices copy their operands first (1.5x slower decoding
         # steps than float32 on an AMX Xeon), while the weights' matmuls are where bf16 gains; natively elsewhere
         self.att = torch.float32 if w.device.type == "cpu" else w.dtype
         self._use_cache(torch.empty(len(self.layers), 2, batch, self.kv_heads, max_len, self.head_dim,
