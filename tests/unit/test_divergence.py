@@ -22,20 +22,26 @@ def _loop(lr: float, steps: int = 10, ckpt_every: int = 0) -> Loop:
 
 
 def test_supervised_divergence_stops_at_once_and_checkpoints_nothing_diverged(tmp_path):
-    """lr 1e3 on the toy model: the loss is finite at step 1 and 2, the gradient norm NaN at step 2 (then NaN
-    everything). The loop raises in step 2 naming stage, step and lr; the only checkpoint is step 1's, finite."""
+    """lr 1e3 on the toy model: the loss is finite at step 1, then a gradient norm turns NaN within a few steps
+    (step 2 on a 2-core AMD EPYC, step 4 on an Intel Xeon: the float rounding decides which). The loop raises in that
+    step naming stage, step and lr; the checkpoints are exactly the steps before it, every one finite."""
+    import re
+
+    from safetensors.torch import load_file
+
     blocks = rows_data()
     with pytest.raises(DivergenceError) as err:
         train(tiny_model(), _loop(1e3, ckpt_every=1), lambda rows: causal_batch(blocks[list(rows)]), len(blocks), 0,
               make_accelerator("cpu"), ckpt_dir=tmp_path, fingerprint="x", desc="sft")
     msg = str(err.value)
     assert isinstance(err.value, RuntimeError)
-    assert msg.startswith("sft: ") and "step 2" in msg and "sft.train.optim.lr=1000.0" in msg, msg
-    assert [p.name for p in checkpoint.step_dirs(tmp_path)] == ["step-000001"]
-    from safetensors.torch import load_file
-
-    saved = load_file(tmp_path / "step-000001" / "model.safetensors")
-    assert all(bool(torch.isfinite(t).all()) for t in saved.values())
+    assert msg.startswith("sft: training diverged at step ") and "sft.train.optim.lr=1000.0" in msg, msg
+    step = int(re.search(r"at step (\d+)", msg).group(1))
+    assert 2 <= step < 10
+    assert [p.name for p in checkpoint.step_dirs(tmp_path)] == [f"step-{s:06d}" for s in range(1, step)]
+    for s in range(1, step):
+        saved = load_file(tmp_path / f"step-{s:06d}" / "model.safetensors")
+        assert all(bool(torch.isfinite(t).all()) for t in saved.values())
 
 
 def test_a_sane_run_is_unchanged_by_the_checks():
