@@ -25,11 +25,12 @@ RUN = {"rl.algorithm": "ppo", "rl.steps": 24, "rl.checkpoint_every": 3, "rl.eval
        "rl.prompts_per_step": 4, "rl.group_size": 4}  # a small batch: this test is about resuming, not learning
 
 
-def _setup(chain: Path, tmp: Path) -> list[str]:
+def _setup(chain: Path, tmp: Path, **overrides) -> list[str]:
     tmp.mkdir(parents=True)
     for folder in ("data/synthetic", "models/sft"):
         shutil.copytree(chain / folder, tmp / folder)
-    return [sys.executable, "-m", "stages.rl", "--params", str(write_params(tmp, smoke_params(tmp, **RUN))), SEED]
+    params = write_params(tmp, smoke_params(tmp, **{**RUN, **overrides}))
+    return [sys.executable, "-m", "stages.rl", "--params", str(params), SEED]
 
 
 def _curve(tmp: Path) -> list[dict]:
@@ -75,16 +76,12 @@ def test_rl_in_bfloat16_is_deterministic_by_seed(chain, tmp_path):
     """`common.dtype: bfloat16` (what `auto` picks for rl on a CPU with AMX): two runs of one seed end on the same
     weights, bit for bit, and not on float32's; the metrics say bf16. (On a CPU without native bf16 torch emulates
     it: slower, and as deterministic.)"""
-    bf16 = {**RUN, "rl.steps": 3, "rl.checkpoint_every": 1000, "rl.samples_every": 1000}  # PPO: it moves the weights
+    short = {"rl.steps": 3, "rl.checkpoint_every": 1000, "rl.samples_every": 1000}  # PPO (RUN): it moves the weights
     digests = {}
     for name, dtype in (("a", "bfloat16"), ("b", "bfloat16"), ("fp32", "float32")):
         tmp = tmp_path / name
-        tmp.mkdir()
-        for folder in ("data/synthetic", "models/sft"):
-            shutil.copytree(chain / folder, tmp / folder)
-        params = write_params(tmp, smoke_params(tmp, **bf16, **{"common.dtype": dtype}))
-        subprocess.run([sys.executable, "-m", "stages.rl", "--params", str(params), SEED], cwd=tmp,
-                       env=subprocess_env(), check=True, capture_output=True)
+        cmd = _setup(chain, tmp, **short, **{"common.dtype": dtype})
+        subprocess.run(cmd, cwd=tmp, env=subprocess_env(), check=True, capture_output=True)
         digests[name] = weights_digest(tmp / "models" / "rl" / "seed-1234")
         assert json.loads((tmp / "metrics" / "rl" / "seed-1234.json").read_text())["bf16"] == float(dtype == "bfloat16")
     assert digests["a"] == digests["b"] != digests["fp32"]
