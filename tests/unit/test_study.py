@@ -306,6 +306,43 @@ def test_the_report_keeps_stale_records_and_names_their_commits(tmp_path, monkey
     assert "| grpo | 1 | aaaaaaa |" in md and "**stale** (seeds 1: recorded before code keys)" in md
 
 
+def test_the_report_flags_records_from_different_sft_models(tmp_path, monkeypatch):
+    from dsmath.study import workspace
+
+    lock = tmp_path / "dvc.lock"
+    lock.write_text("schema: '2.0'\nstages:\n  sft:\n    outs:\n    - path: models/sft\n      hash: md5\n"
+                    "      md5: 0123456789abcdef.dir\n")
+    assert workspace.out_hash(lock, "models/sft") == "0123456789abcdef.dir"
+    assert workspace.out_hash(lock, "models/rl") is None and workspace.out_hash(tmp_path / "no.lock", "x") is None
+    monkeypatch.chdir(tmp_path)
+    text = ("name: t\nseeds: [1, 2]\nresults: res\nreport: out/study.md\nvariants:\n  grpo: {overrides: {}}\n"
+            "  rft: {overrides: {rl.algorithm: rft}}\n  nomath: {overrides: {sft.init: base}}\n")
+    study = load_study(_write(tmp_path, text), ROOT / "params.yaml")
+
+    def write(variant, seed, model):
+        extra = {"key": study.run_key(variant, seed), "settings_key": study.settings_key(variant, seed),
+                 "code_key": study.code_key(variant, seed), "variant": variant, "seed": seed} | (
+                     {"sft_model": model} if model else {})
+        path = study.result_path(variant, seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(_record([1, 1, 0, 0], [0, 1, 0, 0], 1.0) | extra))
+
+    # grpo and rft share the SFT stage's params; nomath has its own SFT model; a record without the hash is unknown
+    for variant, seed, model in (("grpo", 1, "aaaaaaaa11"), ("grpo", 2, None), ("rft", 1, "aaaaaaaa11"),
+                                 ("nomath", 1, "cccccccc33")):
+        write(variant, seed, model)
+    rows = {r["variant"]: r for r in sr.code_status(study, sr.load_results(study))}
+    assert rows["grpo"]["sft_models"] == ["?", "aaaaaaaa"] and rows["grpo"]["sft_chain"] == rows["rft"]["sft_chain"]
+    assert rows["nomath"]["sft_chain"] != rows["grpo"]["sft_chain"]
+    assert not any("sft_mixed" in r for r in rows.values())  # one model per SFT chain so far
+    write("rft", 2, "bbbbbbbb22")  # rft's seed 2 ran from a chain built again (another machine)
+    rows = {r["variant"]: r for r in sr.code_status(study, sr.load_results(study))}
+    assert rows["grpo"]["sft_mixed"] == rows["rft"]["sft_mixed"] == ["grpo", "rft"]
+    assert "sft_mixed" not in rows["nomath"]
+    md = Path(sr.build_study_report(study)["report"]).read_text()
+    assert "**Records from different SFT models** among grpo, rft" in md and "| aaaaaaaa, bbbbbbbb |" in md
+
+
 def test_a_study_files_cluster_settings_are_read_and_checked(tmp_path):
     base = "name: c\nseeds: [1]\nvariants:\n  grpo: {overrides: {}}\n"
     params = ROOT / "params.yaml"

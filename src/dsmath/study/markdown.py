@@ -205,9 +205,14 @@ def code_section(code: list[dict]) -> list[str]:
     lines = ["## Records and code", "",
              "A record's key holds the hash of the code its run depends on (the code deps dvc.yaml lists for every "
              "stage the study's targets reach); a record made by other code than the workspace's is **stale**: it "
-             f"is reported, and the next `make study` runs it again. {stale} of {total} records are stale.", "",
-             "| variant | seeds | commit(s) | code key(s) of the records | code key now | status |",
-             "|---|---|---|---|---|---|"]
+             f"is reported, and the next `make study` runs it again. {stale} of {total} records are stale. A record "
+             "also names the SFT model its RL started from (dvc.lock's hash of it): one seed's chain built again on "
+             "another kind of CPU is other bits, and its runs cannot be paired with the first chain's."]
+    for group in dict.fromkeys(tuple(r["sft_mixed"]) for r in code if r.get("sft_mixed")):
+        lines += ["", f"**Records from different SFT models** among {', '.join(group)}: their comparisons pair runs "
+                      "that did not start from the same model; run them again from one chain."]
+    lines += ["", "| variant | seeds | commit(s) | code key(s) of the records | code key now | SFT model(s) | status |",
+              "|---|---|---|---|---|---|---|"]
     for r in code:
         if not r["stale"]:
             status = "current"
@@ -216,7 +221,8 @@ def code_section(code: list[dict]) -> list[str]:
         else:
             status = f"**stale** (seeds {', '.join(map(str, r['stale']))}: the code changed since)"
         lines.append(f"| {r['variant']} | {', '.join(map(str, r['seeds']))} | {', '.join(r['commits'])} | "
-                     f"{', '.join(r['code_keys'])} | {', '.join(r['code_now'])} | {status} |")
+                     f"{', '.join(r['code_keys'])} | {', '.join(r['code_now'])} | "
+                     f"{', '.join(r.get('sft_models') or ['?'])} | {status} |")
     return lines
 
 

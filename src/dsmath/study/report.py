@@ -29,6 +29,7 @@ from pathlib import Path
 
 from dsmath.reporting.paper import sd
 from dsmath.study import fits, health
+from dsmath.study.codekey import stages_params_hash
 from dsmath.study.figures import plot_k, plot_lengths, plot_val_curves, val_points
 from dsmath.study.markdown import render
 from dsmath.study.spec import Study, variant_params
@@ -72,8 +73,32 @@ def code_status(study: Study, results: dict[str, dict[int, dict]]) -> list[dict]
                      "commits": sorted({str(r.get("git_commit") or "?")[:7] for r in runs.values()}),
                      "code_keys": sorted({r.get("code_key") or "-" for r in runs.values()}),
                      "code_now": sorted(set(now.values())), "stale": stale,
-                     "no_key": [s for s in stale if not runs[s].get("code_key")]})
+                     "no_key": [s for s in stale if not runs[s].get("code_key")],
+                     "sft_models": sorted({(r.get("sft_model") or "?")[:8] for r in runs.values()}),
+                     "sft_chain": sft_chain(study, name)})
+    for group in mixed_sft_models(rows):
+        for r in rows:
+            if r["variant"] in group:
+                r["sft_mixed"] = group
     return rows
+
+
+def sft_chain(study: Study, variant: str) -> str:
+    """The hash of the params of the stages up to `sft` for `variant`: variants with the same one must have started
+    RL from the same SFT model (:func:`mixed_sft_models` checks that the records did)."""
+    params = variant_params(study, variant, study.seeds[0], study.profile).model_dump()
+    return stages_params_hash(["sft"], params)
+
+
+def mixed_sft_models(code: list[dict]) -> list[list[str]]:
+    """The groups of variants (same SFT params) whose records name more than one SFT model (a chain built again, on
+    another machine or by other code: its runs cannot be paired with the others'); records without the hash (made
+    before it was recorded) do not count."""
+    groups: dict[str, dict[str, set[str]]] = {}
+    for r in code:
+        models = {m for m in r.get("sft_models", []) if m != "?"}
+        groups.setdefault(r.get("sft_chain", ""), {})[r["variant"]] = models
+    return [sorted(g) for g in groups.values() if len(set().union(*g.values())) > 1]
 
 
 def fit_rows(results: dict[str, dict[int, dict]], study: Study) -> list[dict]:

@@ -154,6 +154,7 @@ def collect(study: Study, variant: str, seed: int, params, name: str, ws: Path, 
         "rl": read(ws / paths.metrics / "rl" / f"{sd}.json"),
         "curve": _read_csv(ws / paths.plots / "rl" / f"{sd}.csv"),
         "eval": keep(rl_eval), "sft_eval": keep(sft_eval), "sft": read(ws / paths.metrics / "sft.json"),
+        "sft_model": workspace.out_hash(ws / "dvc.lock", f"{paths.models}/sft"),  # which SFT model RL started from
         "problems": {"rl": problem_table(ws / paths.eval / "rl" / sd / "predictions.jsonl", timeout),
                      "sft": sft_problems},
     }

@@ -108,6 +108,19 @@ def lock_graph(lock_path: Path) -> dict[str, dict[str, list[str]]]:
     return {name: {k: [d["path"] for d in (st.get(k) or [])] for k in ("deps", "outs")} for name, st in stages.items()}
 
 
+def out_hash(lock_path: Path, out: str) -> str | None:
+    """The content hash dvc.lock records for the output `out` of any of its stages (None when none lists it): a
+    model's identity across workspaces and machines (one seed's chain built on another CPU is other bits)."""
+    if not lock_path.exists():
+        return None
+    stages = (yaml.safe_load(lock_path.read_text()) or {}).get("stages") or {}
+    for st in stages.values():
+        for o in st.get("outs") or []:
+            if o.get("path") == out:
+                return o.get("md5")
+    return None
+
+
 def upstream(graph: dict[str, dict[str, list[str]]], targets: list[str]) -> list[str]:
     """`targets` and every stage of `graph` whose outputs they depend on, transitively (a dep at or under an out)."""
     def feeds(out: str, dep: str) -> bool:
