@@ -100,21 +100,23 @@ def _dvc_local_config(source: Path, cache_dir: Path, remote: str | None = None) 
     return "\n".join(conf.write()) + "\n"
 
 
-def lock_graph(lock_path: Path) -> dict[str, dict[str, list[str]]]:
-    """{stage: {"deps": paths, "outs": paths}} of a dvc.lock ({} when there is none)."""
+def _lock_stages(lock_path: Path) -> dict[str, dict]:
+    """The `stages` of a dvc.lock ({} when there is none)."""
     if not lock_path.exists():
         return {}
-    stages = (yaml.safe_load(lock_path.read_text()) or {}).get("stages") or {}
-    return {name: {k: [d["path"] for d in (st.get(k) or [])] for k in ("deps", "outs")} for name, st in stages.items()}
+    return (yaml.safe_load(lock_path.read_text()) or {}).get("stages") or {}
+
+
+def lock_graph(lock_path: Path) -> dict[str, dict[str, list[str]]]:
+    """{stage: {"deps": paths, "outs": paths}} of a dvc.lock ({} when there is none)."""
+    return {name: {k: [d["path"] for d in (st.get(k) or [])] for k in ("deps", "outs")}
+            for name, st in _lock_stages(lock_path).items()}
 
 
 def out_hash(lock_path: Path, out: str) -> str | None:
     """The content hash dvc.lock records for the output `out` of any of its stages (None when none lists it): a
     model's identity across workspaces and machines (one seed's chain built on another CPU is other bits)."""
-    if not lock_path.exists():
-        return None
-    stages = (yaml.safe_load(lock_path.read_text()) or {}).get("stages") or {}
-    for st in stages.values():
+    for st in _lock_stages(lock_path).values():
         for o in st.get("outs") or []:
             if o.get("path") == out:
                 return o.get("md5")
