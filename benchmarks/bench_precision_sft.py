@@ -1,0 +1,223 @@
+"""Does bf16 training learn as much as float32? The SFT stage alone, in both precisions over several seeds.
+
+The whole-pipeline comparison (`bench_precision_pipeline.py`) changes every training stage's precision at once and
+runs one chain per precision, so a gap in the SFT model's accuracy there mixes bf16 with chain-to-chain noise (another
+CPU's float32 rounding moved the SFT model by 0.5-4.2 points). This runs the real SFT stage (`python -m stages.sft`,
+the full default budget) from one built chain's float32 pretrained model, once per (precision, seed), `--jobs` at a
+time with one torch thread each (runs of one seed go side by side, so that the machine's load hits both precisions
+alike), and compares the SFT probe (greedy CoT / PoT / tool accuracy, per-equation accuracy, pass@8 on the
+validation split) and the held-out loss: mean and sd over seeds per precision, and the paired (by seed) difference
+with its standard error. `common.seed` is what a seed changes here: the order of the examples and each problem's
+solution style (the data and the pretrained model are the chain's).
+
+`--from pretrain` localizes one stage earlier: each run trains the pretrain stage in its precision from the chain's
+base model, then SFT in float32 from that (so only pretraining's precision differs between arms); the table adds
+the pretraining held-out NLL.
+
+An arm is a precision, optionally with a lever: `bfloat16+attention32` trains in bf16 with the attention's scores,
+softmax and weighted values in float32 (`dsmath.modeling.attention.float32_attention` around the stage).
+
+The code run is a snapshot of this project's `src/` and `stages/` taken at the start, so the working tree may change
+while it runs.
+
+    .venv/bin/python benchmarks/bench_precision_sft.py --chain /path/to/built/project --seeds 1234 1235 1236 \
+        --out benchmarks/results/precision_sft.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from statistics import mean, stdev
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PRETRAIN_METRICS = ("heldout_after_nll", "tokens_per_s", "train_seconds")
+METRICS = ("cot/greedy", "pot/greedy", "tool/greedy", "cot/equation_acc", "cot/pass@8", "cot/maj@8", "heldout_loss",
+           "final_loss", "tokens_per_s", "train_seconds")
+
+
+def snapshot(tmp: Path) -> Path:
+    """A copy of this project's code (src/, stages/) that the runs import, immune to edits of the working tree."""
+    code = tmp / f"code-{os.getpid()}"  # one per call: an earlier call's runs may still be importing theirs
+    shutil.rmtree(code, ignore_errors=True)
+    for d in ("src", "stages"):
+        shutil.copytree(ROOT / d, code / d, ignore=shutil.ignore_patterns("__pycache__"))
+    return code
+
+
+LEVERS = {"attention32": "float32_attention"}  # arm suffix -> context manager of dsmath.modeling.attention
+
+
+def parse_arm(arm: str) -> tuple[str, list[str]]:
+    """'bfloat16+attention32' -> ('bfloat16', ['attention32'])."""
+    dtype, *levers = arm.split("+")
+    unknown = [x for x in levers if x not in LEVERS]
+    if dtype not in ("float32", "bfloat16", "float16") or unknown:
+        raise SystemExit(f"bad arm {arm!r}: a precision, then +lever from {sorted(LEVERS)}")
+    return dtype, levers
+
+
+def workspace(chain: Path, tmp: Path, arm: str, seed: int, params: Path, overrides: dict, start: str,
+              reuse: bool = False) -> Path:
+    """A scratch project for one run from stage `start`: the chain's data and earlier models linked in (never
+    written), its own outputs. With `reuse`, a finished run's workspace made with the same params is kept."""
+    ws = tmp / f"{start}-{arm}-{seed}"
+    raw = yaml.safe_load(params.read_text())
+    raw["common"].update(dtype=parse_arm(arm)[0], seed=seed, num_threads=1, processes=1)
+    for dotted, value in overrides.items():
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    text = yaml.safe_dump(raw, sort_keys=False)
+    if reuse and (ws / "metrics" / "sft.json").exists() and (ws / "params.given.yaml").read_text() == text:
+        return ws  # done before with these params (--reuse)
+    shutil.rmtree(ws, ignore_errors=True)
+    (ws / "models").mkdir(parents=True)
+    (ws / "data").symlink_to(chain / "data")
+    for model in ("tokenizer", "base") + (("pretrain",) if start == "sft" else ()):
+        (ws / "models" / model).symlink_to(chain / "models" / model)
+    (ws / "params.yaml").write_text(text)
+    (ws / "params.given.yaml").write_text(text)
+    return ws
+
+
+def command(stage: str, levers: list[str]) -> list[str]:
+    """The stage's command, inside the levers' context managers."""
+    if not levers:
+        return [sys.executable, "-m", f"stages.{stage}"]
+    enter = "".join(f"    stack.enter_context(attention.{LEVERS[x]}())\n" for x in levers)
+    script = ("import contextlib, runpy\nfrom dsmath.modeling import attention\n"
+              f"with contextlib.ExitStack() as stack:\n{enter}"
+              f"    runpy.run_module('stages.{stage}', run_name='__main__', alter_sys=True)\n")
+    return [sys.executable, "-c", script]
+
+
+def run(ws: Path, code: Path, start: str, levers: list[str]) -> dict:
+    """Run stage `start` and, after pretrain, SFT in float32; the SFT metrics (and pretraining's, prefixed). A
+    workspace whose run finished (`--reuse`) is read, not run again."""
+    if (ws / "result.json").exists():
+        return json.loads((ws / "result.json").read_text())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code / "src"), str(code)]),
+               MLFLOW_TRACKING_URI=f"sqlite:///{ws}/mlflow.db", PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               OMP_NUM_THREADS="1")
+    env.pop("DSMATH_PARENT_RUN_ID", None)
+    t0 = time.perf_counter()
+    out = {}
+    for stage in ("pretrain", "sft") if start == "pretrain" else ("sft",):
+        if stage == "sft" and start == "pretrain":  # only pretraining's precision differs between the arms
+            raw = yaml.safe_load((ws / "params.yaml").read_text())
+            raw["common"]["dtype"] = "float32"
+            (ws / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+        with open(ws / f"{stage}.log", "w") as log:
+            subprocess.run(command(stage, levers if stage == start else []), cwd=ws, env=env, check=True, stdout=log,
+                           stderr=subprocess.STDOUT)
+        metrics = json.loads((ws / "metrics" / f"{stage}.json").read_text())
+        if stage == "pretrain":
+            out |= {f"pretrain/{k}": metrics.get(k) for k in PRETRAIN_METRICS} | {"bf16": metrics.get("bf16")}
+        else:
+            out |= {k: metrics.get(k) for k in METRICS}
+            out.setdefault("bf16", metrics.get("bf16"))
+            out["matmul_gflops"] = metrics.get("matmul_gflops")
+    result = {"wall_s": time.perf_counter() - t0, **out}
+    (ws / "result.json").write_text(json.dumps(result))
+    return result
+
+
+def summarize(runs: dict[str, dict[int, dict]], arms: list[str]) -> dict:
+    """Per metric: mean and sd over seeds per precision, and the paired difference (each other precision minus the
+    first) over the seeds both have, with its standard error (sd of the per-seed differences / sqrt(n))."""
+    table = {}
+    first = arms[0]
+    names = [k for k in next(iter(next(iter(runs.values())).values())) if k.startswith("pretrain/")] + list(METRICS)
+    for m in names:
+        row = {}
+        for d in arms:
+            xs = [r[m] for r in runs[d].values() if r.get(m) is not None]
+            row[d] = {"mean": mean(xs), "sd": stdev(xs) if len(xs) > 1 else None, "n": len(xs)} if xs else None
+        for d in arms[1:]:
+            seeds = sorted(set(runs[first]) & set(runs[d]))
+            diffs = [runs[d][s][m] - runs[first][s][m] for s in seeds if runs[d][s].get(m) is not None]
+            if diffs:
+                se = stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else None
+                row[f"{d} - {first}"] = {"mean": mean(diffs), "se": se, "n": len(diffs)}
+        table[m] = row
+    return table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--chain", required=True, help="a project whose models/ (tokenizer, base, pretrain) and data/ "
+                                                   "are built")
+    ap.add_argument("--params", default=str(ROOT / "params.yaml"))
+    ap.add_argument("--arms", nargs="+", default=["float32", "bfloat16"],
+                    help="precisions, each optionally +lever (bfloat16+attention32); the first is the control")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[1234, 1235, 1236])
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=YAML",
+                    help="params overrides for every run (e.g. sft.train.max_steps=100 for a quick look)")
+    ap.add_argument("--from", dest="start", choices=["sft", "pretrain"], default="sft",
+                    help="the stage whose precision the arms change (pretrain: then SFT in float32 from it)")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--tmp", default="/tmp/bench_precision_sft")
+    ap.add_argument("--reuse", action="store_true", help="keep the runs of an earlier call with the same params")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    chain, tmp = Path(args.chain).resolve(), Path(args.tmp)
+    tmp.mkdir(parents=True, exist_ok=True)
+    overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    code = snapshot(tmp)
+    import torch
+
+    from dsmath.runtime import precision  # noqa: E402  (the machine's facts, from this project's code)
+    from dsmath.runtime.provenance import cpu_name
+    from dsmath.train.flops import matmul_flops_per_s
+    torch.set_num_threads(1)
+    machine = {"cpu": cpu_name(), "cpu_bf16_kind": precision.bf16_kind(precision.cpu_flags()),
+               "cores": os.cpu_count(),
+               "matmul_gflops_1thread": {d: matmul_flops_per_s(2048, dtype=precision.DTYPES[d]) / 1e9
+                                         for d in ("float32", "bfloat16")}}
+    print(json.dumps(machine), flush=True)
+    for arm in args.arms:
+        parse_arm(arm)
+    jobs = [(a, s) for s in args.seeds for a in args.arms]  # a seed's arms next to each other
+    runs: dict[str, dict[int, dict]] = {a: {} for a in args.arms}
+
+    def one(job):
+        d, s = job
+        result = run(workspace(chain, tmp, d, s, Path(args.params), overrides, args.start, args.reuse), code,
+                     args.start,
+                     parse_arm(d)[1])
+        runs[d][s] = result
+        print(f"{d:9s} seed {s}: " + " ".join(f"{k}={v:.4g}" for k, v in result.items()
+                                              if isinstance(v, float)), flush=True)
+        return result
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(one, jobs))
+    table = summarize(runs, args.arms)
+    for m, row in table.items():
+        cells = []
+        for k, v in row.items():
+            if v is None:
+                continue
+            spread = v.get("sd", v.get("se"))
+            cells.append(f"{k} {v['mean']:.4g}" + (f" ({spread:.2g})" if spread is not None else ""))
+        print(f"{m:18s} " + " | ".join(cells))
+    if args.out:
+        out = {"machine": machine, "from": args.start, "overrides": overrides, "seeds": args.seeds, "jobs": args.jobs,
+               "table": table, "runs": {d: {str(s): r for s, r in rs.items()} for d, rs in runs.items()}}
+        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
