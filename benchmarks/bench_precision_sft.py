@@ -4,11 +4,11 @@ The whole-pipeline comparison (`bench_precision_pipeline.py`) changes every trai
 runs one chain per precision, so a gap in the SFT model's accuracy there mixes bf16 with chain-to-chain noise (another
 CPU's float32 rounding moved the SFT model by 0.5-4.2 points). This runs the real SFT stage (`python -m stages.sft`,
 the full default budget) from one built chain's float32 pretrained model, once per (precision, seed), `--jobs` at a
-time with one torch thread each (runs of one seed go side by side, so that the machine's load hits both precisions
-alike), and compares the SFT probe (greedy CoT / PoT / tool accuracy, per-equation accuracy, pass@8 on the
-validation split) and the held-out loss: mean and sd over seeds per precision, and the paired (by seed) difference
-with its standard error. `common.seed` is what a seed changes here: the order of the examples and each problem's
-solution style (the data and the pretrained model are the chain's).
+time with `--threads` torch threads each (default one; runs of one seed go side by side, so that the machine's load
+hits both precisions alike), and compares the SFT probe (greedy CoT / PoT / tool accuracy, per-equation accuracy,
+pass@8 on the validation split) and the held-out loss: mean and sd over seeds per precision, and the paired (by
+seed) difference with its standard error. `common.seed` is what a seed changes here: the order of the examples and
+each problem's solution style (the data and the pretrained model are the chain's).
 
 `--from pretrain` localizes one stage earlier: each run trains the pretrain stage in its precision from the chain's
 base model, then SFT in float32 from that (so only pretraining's precision differs between arms); the table adds
@@ -67,12 +67,12 @@ def parse_arm(arm: str) -> tuple[str, list[str]]:
 
 
 def workspace(chain: Path, tmp: Path, arm: str, seed: int, params: Path, overrides: dict, start: str,
-              reuse: bool = False) -> Path:
+              reuse: bool = False, threads: int = 1) -> Path:
     """A scratch project for one run from stage `start`: the chain's data and earlier models linked in (never
     written), its own outputs. With `reuse`, a finished run's workspace made with the same params is kept."""
     ws = tmp / f"{start}-{arm}-{seed}"
     raw = yaml.safe_load(params.read_text())
-    raw["common"].update(dtype=parse_arm(arm)[0], seed=seed, num_threads=1, processes=1)
+    raw["common"].update(dtype=parse_arm(arm)[0], seed=seed, num_threads=threads, processes=1)
     for dotted, value in overrides.items():
         node = raw
         *parents, leaf = dotted.split(".")
@@ -103,14 +103,14 @@ def command(stage: str, levers: list[str]) -> list[str]:
     return [sys.executable, "-c", script]
 
 
-def run(ws: Path, code: Path, start: str, levers: list[str]) -> dict:
+def run(ws: Path, code: Path, start: str, levers: list[str], threads: int = 1) -> dict:
     """Run stage `start` and, after pretrain, SFT in float32; the SFT metrics (and pretraining's, prefixed). A
     workspace whose run finished (`--reuse`) is read, not run again."""
     if (ws / "result.json").exists():
         return json.loads((ws / "result.json").read_text())
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code / "src"), str(code)]),
                MLFLOW_TRACKING_URI=f"sqlite:///{ws}/mlflow.db", PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               OMP_NUM_THREADS="1")
+               OMP_NUM_THREADS=str(threads))
     env.pop("DSMATH_PARENT_RUN_ID", None)
     t0 = time.perf_counter()
     out = {}
@@ -168,6 +168,7 @@ def main() -> None:
     ap.add_argument("--from", dest="start", choices=["sft", "pretrain"], default="sft",
                     help="the stage whose precision the arms change (pretrain: then SFT in float32 from it)")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of each run (common.num_threads)")
     ap.add_argument("--tmp", default="/tmp/bench_precision_sft")
     ap.add_argument("--reuse", action="store_true", help="keep the runs of an earlier call with the same params")
     ap.add_argument("--out", default=None)
@@ -194,9 +195,8 @@ def main() -> None:
 
     def one(job):
         d, s = job
-        result = run(workspace(chain, tmp, d, s, Path(args.params), overrides, args.start, args.reuse), code,
-                     args.start,
-                     parse_arm(d)[1])
+        ws = workspace(chain, tmp, d, s, Path(args.params), overrides, args.start, args.reuse, args.threads)
+        result = run(ws, code, args.start, parse_arm(d)[1], args.threads)
         runs[d][s] = result
         print(f"{d:9s} seed {s}: " + " ".join(f"{k}={v:.4g}" for k, v in result.items()
                                               if isinstance(v, float)), flush=True)
@@ -215,6 +215,7 @@ def main() -> None:
         print(f"{m:18s} " + " | ".join(cells))
     if args.out:
         out = {"machine": machine, "from": args.start, "overrides": overrides, "seeds": args.seeds, "jobs": args.jobs,
+               "threads": args.threads,
                "table": table, "runs": {d: {str(s): r for s, r in rs.items()} for d, rs in runs.items()}}
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
 
