@@ -38,6 +38,7 @@ from pathlib import Path
 from statistics import mean, stdev
 
 import yaml
+from bench_precision import _set  # a dotted params override, as the per-stage benchmark applies it
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAIN_METRICS = ("heldout_after_nll", "tokens_per_s", "train_seconds")
@@ -74,14 +75,10 @@ def workspace(chain: Path, tmp: Path, arm: str, seed: int, params: Path, overrid
     raw = yaml.safe_load(params.read_text())
     raw["common"].update(dtype=parse_arm(arm)[0], seed=seed, num_threads=threads, processes=1)
     for dotted, value in overrides.items():
-        node = raw
-        *parents, leaf = dotted.split(".")
-        for p in parents:
-            node = node[p]
-        node[leaf] = value
+        _set(raw, dotted, value)
     text = yaml.safe_dump(raw, sort_keys=False)
-    if reuse and (ws / "metrics" / "sft.json").exists() and (ws / "params.given.yaml").read_text() == text:
-        return ws  # done before with these params (--reuse)
+    if reuse and (ws / "result.json").exists() and (ws / "params.given.yaml").read_text() == text:
+        return ws  # finished before with these params: run() reads its result
     shutil.rmtree(ws, ignore_errors=True)
     (ws / "models").mkdir(parents=True)
     (ws / "data").symlink_to(chain / "data")
