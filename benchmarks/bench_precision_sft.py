@@ -14,6 +14,13 @@ each problem's solution style (the data and the pretrained model are the chain's
 base model, then SFT in float32 from that (so only pretraining's precision differs between arms); the table adds
 the pretraining held-out NLL.
 
+`--through rl` goes one stage on: from each run's SFT model, the RL stage (`python -m stages.rl <seed>`, the full
+default budget, the run's seed as RL seed) in float32 (`--rl-dtype float32`: what `common.dtype: auto` does on a CPU
+where RL measured slower in bf16) or in the arm's precision (`--rl-dtype arm`: auto on a GPU), and compares RL's
+gain on the validation problems it tracks (`rl.eval_problems` greedy, at step 0 and every `rl.eval_every` steps):
+the end minus the start, and the mean of the last three evaluations minus the start (less noisy). The acceptance of
+a bf16 default asks the SFT -> RL gain of both chains within noise of each other.
+
 An arm is a precision, optionally with a lever: `bfloat16+attention32` trains in bf16 with the attention's scores,
 softmax and weighted values in float32 (`dsmath.modeling.attention.float32_attention` around the stage).
 
@@ -27,6 +34,7 @@ while it runs.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import shutil
@@ -42,6 +50,7 @@ from bench_precision import _set  # a dotted params override, as the per-stage b
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAIN_METRICS = ("heldout_after_nll", "tokens_per_s", "train_seconds")
+RL_METRICS = ("val_greedy_acc_start", "val_greedy_acc_end", "reward_mean_last10", "kl_last10", "s_per_step")
 METRICS = ("cot/greedy", "pot/greedy", "tool/greedy", "cot/equation_acc", "cot/pass@8", "cot/maj@8", "heldout_loss",
            "final_loss", "tokens_per_s", "train_seconds")
 
@@ -131,12 +140,67 @@ def run(ws: Path, code: Path, start: str, levers: list[str], threads: int = 1) -
     return result
 
 
+def run_rl(ws: Path, code: Path, seed: int, dtype: str, threads: int = 1) -> dict:
+    """The RL stage at seed `seed` in `dtype` from the workspace's SFT model; its summary and its validation curve's
+    gains, prefixed `rl/`. A finished RL run of this precision (`rl-<dtype>.json`) is read, not run again."""
+    done = ws / f"rl-{dtype}.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    raw = yaml.safe_load((ws / "params.yaml").read_text())
+    raw["common"].update(dtype=dtype, rl_seeds=[seed])  # the stage runs only the seeds of common.rl_seeds
+    (ws / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code / "src"), str(code)]),
+               MLFLOW_TRACKING_URI=f"sqlite:///{ws}/mlflow.db", PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               OMP_NUM_THREADS=str(threads))
+    env.pop("DSMATH_PARENT_RUN_ID", None)
+    t0 = time.perf_counter()
+    with open(ws / f"rl-{dtype}.log", "w") as log:
+        subprocess.run([sys.executable, "-m", "stages.rl", str(seed)], cwd=ws, env=env, check=True, stdout=log,
+                       stderr=subprocess.STDOUT)
+    metrics = json.loads((ws / "metrics" / "rl" / f"seed-{seed}.json").read_text())
+    with open(ws / "plots" / "rl" / f"seed-{seed}.csv") as f:
+        curve = [float(row["val_greedy_acc"]) for row in csv.DictReader(f) if row["val_greedy_acc"]]
+    out = {f"rl/{k}": metrics.get(k) for k in RL_METRICS}
+    out |= {"rl/gain_end": curve[-1] - curve[0], "rl/gain_last3": mean(curve[-3:]) - curve[0],
+            "rl/bf16": metrics.get("bf16"), "rl/wall_s": time.perf_counter() - t0}
+    done.write_text(json.dumps(out))
+    return out
+
+
+def val_greedy(ws: Path, code: Path, model: str, seed: int, problems: int, threads: int = 1, tag: str = "") -> float:
+    """Greedy accuracy of models/<model> (rl: its seed-<seed> run) on the first `problems` validation problems in
+    the primary metric's mode, by the evaluate stage in float32 (test datasets cut to the one problem the stage needs,
+its score unread: only `val/...` is). `tag`
+    names the model's variant in the cache file (the RL run's precision)."""
+    done = ws / f"val-{model}{tag}-{problems}.json"
+    if not done.exists():
+        raw = yaml.safe_load((ws / "params.yaml").read_text())
+        raw["common"].update(dtype="float32", rl_seeds=[seed])
+        ev = raw["evaluate"]
+        ev.update(val_problems=problems, sampled_models=[], passk_problems=0, modes=["cot"])
+        ev["datasets"] = {k: 0 for k in ev["datasets"]} | {"synthetic": 1}  # the stage needs one; never read
+        (ws / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code / "src"), str(code)]),
+                   MLFLOW_TRACKING_URI=f"sqlite:///{ws}/mlflow.db", PREFECT_SERVER_ANALYTICS_ENABLED="false",
+                   OMP_NUM_THREADS=str(threads))
+        env.pop("DSMATH_PARENT_RUN_ID", None)
+        with open(ws / f"evaluate-{model}.log", "w") as log:
+            subprocess.run([sys.executable, "-m", "stages.evaluate", model], cwd=ws, env=env, check=True,
+                           stdout=log, stderr=subprocess.STDOUT)
+        metrics = json.loads((ws / "metrics" / "eval" / f"{model}.json").read_text())
+        key = "val/" + raw["evaluate"]["primary_metric"]
+        done.write_text(json.dumps({"acc": metrics[key], "problems": problems, "metric": key}))
+    return json.loads(done.read_text())["acc"]
+
+
 def summarize(runs: dict[str, dict[int, dict]], arms: list[str]) -> dict:
     """Per metric: mean and sd over seeds per precision, and the paired difference (each other precision minus the
     first) over the seeds both have, with its standard error (sd of the per-seed differences / sqrt(n))."""
     table = {}
     first = arms[0]
-    names = [k for k in next(iter(next(iter(runs.values())).values())) if k.startswith("pretrain/")] + list(METRICS)
+    keys = next(iter(next(iter(runs.values())).values()))
+    names = ([k for k in keys if k.startswith("pretrain/")] + list(METRICS)
+             + [k for k in keys if k.startswith("rl/") and k != "rl/bf16"])
     for m in names:
         row = {}
         for d in arms:
@@ -164,6 +228,13 @@ def main() -> None:
                     help="params overrides for every run (e.g. sft.train.max_steps=100 for a quick look)")
     ap.add_argument("--from", dest="start", choices=["sft", "pretrain"], default="sft",
                     help="the stage whose precision the arms change (pretrain: then SFT in float32 from it)")
+    ap.add_argument("--through", choices=["sft", "rl"], default="sft",
+                    help="rl: then the RL stage from each run's SFT model (--rl-dtype), and its validation gain")
+    ap.add_argument("--rl-dtype", choices=["float32", "arm"], default="float32",
+                    help="RL's precision: float32 (auto on a CPU) or the arm's (auto on a GPU)")
+    ap.add_argument("--val-problems", type=int, default=500,
+                    help="with --through rl: the SFT and RL models' greedy accuracy on this many validation problems "
+                         "(the evaluate stage, float32; 0: only RL's own curve)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="torch threads of each run (common.num_threads)")
     ap.add_argument("--tmp", default="/tmp/bench_precision_sft")
@@ -194,6 +265,13 @@ def main() -> None:
         d, s = job
         ws = workspace(chain, tmp, d, s, Path(args.params), overrides, args.start, args.reuse, args.threads)
         result = run(ws, code, args.start, parse_arm(d)[1], args.threads)
+        if args.through == "rl":
+            rl_dtype = parse_arm(d)[0] if args.rl_dtype == "arm" else "float32"
+            result = result | run_rl(ws, code, s, rl_dtype, args.threads)
+            if args.val_problems:  # SFT and RL models on more validation problems than RL's own curve reads
+                start = val_greedy(ws, code, "sft", s, args.val_problems, args.threads)
+                end = val_greedy(ws, code, "rl", s, args.val_problems, args.threads, f"-{rl_dtype}")
+                result |= {"rl/val_sft": start, "rl/val_rl": end, "rl/val_gain": end - start}
         runs[d][s] = result
         print(f"{d:9s} seed {s}: " + " ".join(f"{k}={v:.4g}" for k, v in result.items()
                                               if isinstance(v, float)), flush=True)
@@ -213,6 +291,7 @@ def main() -> None:
     if args.out:
         out = {"machine": machine, "from": args.start, "overrides": overrides, "seeds": args.seeds, "jobs": args.jobs,
                "threads": args.threads,
+               "through": args.through, "rl_dtype": args.rl_dtype,
                "table": table, "runs": {d: {str(s): r for s, r in rs.items()} for d, rs in runs.items()}}
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
 
