@@ -18,8 +18,10 @@ the pretraining held-out NLL.
 default budget, the run's seed as RL seed) in float32 (`--rl-dtype float32`: what `common.dtype: auto` does on a CPU
 where RL measured slower in bf16) or in the arm's precision (`--rl-dtype arm`: auto on a GPU), and compares RL's
 gain on the validation problems it tracks (`rl.eval_problems` greedy, at step 0 and every `rl.eval_every` steps):
-the end minus the start, and the mean of the last three evaluations minus the start (less noisy). The acceptance of
-a bf16 default asks the SFT -> RL gain of both chains within noise of each other.
+the end minus the start, and the mean of the last three evaluations minus the start; and, with `--val-problems N`
+(default 500), the SFT and RL models' greedy accuracy on N validation problems by the evaluate stage in float32, whose
+difference is the gain to judge by (RL's curve reads 200 problems). The acceptance of a bf16 default asks the SFT ->
+RL gain of both chains within noise of each other.
 
 An arm is a precision, optionally with a lever: `bfloat16+attention32` trains in bf16 with the attention's scores,
 softmax and weighted values in float32 (`dsmath.modeling.attention.float32_attention` around the stage).
@@ -109,15 +111,21 @@ def command(stage: str, levers: list[str]) -> list[str]:
     return [sys.executable, "-c", script]
 
 
+def stage_env(ws: Path, code: Path, threads: int) -> dict:
+    """The environment of a stage run in workspace `ws`: the code snapshot, its own MLflow store, `threads` threads."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code / "src"), str(code)]),
+               MLFLOW_TRACKING_URI=f"sqlite:///{ws}/mlflow.db", PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               OMP_NUM_THREADS=str(threads))
+    env.pop("DSMATH_PARENT_RUN_ID", None)
+    return env
+
+
 def run(ws: Path, code: Path, start: str, levers: list[str], threads: int = 1) -> dict:
     """Run stage `start` and, after pretrain, SFT in float32; the SFT metrics (and pretraining's, prefixed). A
     workspace whose run finished (`--reuse`) is read, not run again."""
     if (ws / "result.json").exists():
         return json.loads((ws / "result.json").read_text())
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code / "src"), str(code)]),
-               MLFLOW_TRACKING_URI=f"sqlite:///{ws}/mlflow.db", PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               OMP_NUM_THREADS=str(threads))
-    env.pop("DSMATH_PARENT_RUN_ID", None)
+    env = stage_env(ws, code, threads)
     t0 = time.perf_counter()
     out = {}
     for stage in ("pretrain", "sft") if start == "pretrain" else ("sft",):
@@ -149,10 +157,7 @@ def run_rl(ws: Path, code: Path, seed: int, dtype: str, threads: int = 1) -> dic
     raw = yaml.safe_load((ws / "params.yaml").read_text())
     raw["common"].update(dtype=dtype, rl_seeds=[seed])  # the stage runs only the seeds of common.rl_seeds
     (ws / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code / "src"), str(code)]),
-               MLFLOW_TRACKING_URI=f"sqlite:///{ws}/mlflow.db", PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               OMP_NUM_THREADS=str(threads))
-    env.pop("DSMATH_PARENT_RUN_ID", None)
+    env = stage_env(ws, code, threads)
     t0 = time.perf_counter()
     with open(ws / f"rl-{dtype}.log", "w") as log:
         subprocess.run([sys.executable, "-m", "stages.rl", str(seed)], cwd=ws, env=env, check=True, stdout=log,
@@ -169,21 +174,23 @@ def run_rl(ws: Path, code: Path, seed: int, dtype: str, threads: int = 1) -> dic
 
 def val_greedy(ws: Path, code: Path, model: str, seed: int, problems: int, threads: int = 1, tag: str = "") -> float:
     """Greedy accuracy of models/<model> (rl: its seed-<seed> run) on the first `problems` validation problems in
-    the primary metric's mode, by the evaluate stage in float32 (test datasets cut to the one problem the stage needs,
-its score unread: only `val/...` is). `tag`
-    names the model's variant in the cache file (the RL run's precision)."""
+    the primary metric's mode, by the evaluate stage in float32 (test datasets cut to the one problem the stage
+    needs, its score unread: only `val/...` is). `tag` is the RL run's precision, which names the cache file and
+    must be that of the RL model on disk (the last RL run of the workspace)."""
     done = ws / f"val-{model}{tag}-{problems}.json"
     if not done.exists():
+        if model == "rl":
+            ran = json.loads((ws / "metrics" / "rl" / f"seed-{seed}.json").read_text())
+            if tag != ("-bfloat16" if ran.get("bf16") else "-float32"):
+                raise SystemExit(f"{ws}: the RL model on disk is not the {tag[1:]} run; remove its rl-*.json to "
+                                 "train it again")
         raw = yaml.safe_load((ws / "params.yaml").read_text())
         raw["common"].update(dtype="float32", rl_seeds=[seed])
         ev = raw["evaluate"]
         ev.update(val_problems=problems, sampled_models=[], passk_problems=0, modes=["cot"])
         ev["datasets"] = {k: 0 for k in ev["datasets"]} | {"synthetic": 1}  # the stage needs one; never read
         (ws / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code / "src"), str(code)]),
-                   MLFLOW_TRACKING_URI=f"sqlite:///{ws}/mlflow.db", PREFECT_SERVER_ANALYTICS_ENABLED="false",
-                   OMP_NUM_THREADS=str(threads))
-        env.pop("DSMATH_PARENT_RUN_ID", None)
+        env = stage_env(ws, code, threads)
         with open(ws / f"evaluate-{model}.log", "w") as log:
             subprocess.run([sys.executable, "-m", "stages.evaluate", model], cwd=ws, env=env, check=True,
                            stdout=log, stderr=subprocess.STDOUT)
