@@ -89,3 +89,14 @@ def test_params_refuse_an_unknown_stage_in_auto_bf16(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(Exception, match="auto_bf16"):
         load_params(tmp_path / "p.yaml")
+
+
+def test_the_real_model_profile_decodes_in_bf16_on_avx512_bf16_where_the_default_model_does_not(monkeypatch):
+    """configs/smollm2.yaml lists rl and evaluate for AVX-512-BF16 (measured faster at 576 wide); the default model
+    keeps them float32 there, and the kinds the overlay does not name keep params.yaml's lists."""
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    default, real = (load_params(p).common for p in ("params.yaml", "configs/smollm2.yaml"))
+    default, real = (c.model_copy(update={"dtype": "auto"}) for c in (default, real))
+    assert [precision.stage_dtype(real, s, "cpu") for s in ("rl@1234", "evaluate@rl")] == ["bfloat16"] * 2
+    assert [precision.stage_dtype(default, s, "cpu") for s in ("rl@1234", "evaluate@rl")] == ["float32"] * 2
+    assert real.auto_bf16.amx == default.auto_bf16.amx and real.auto_bf16.arm_bf16 == default.auto_bf16.arm_bf16
