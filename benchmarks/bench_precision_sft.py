@@ -43,7 +43,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from statistics import mean, stdev
 
@@ -111,6 +113,15 @@ def command(stage: str, levers: list[str]) -> list[str]:
     return [sys.executable, "-c", script]
 
 
+@contextmanager
+def edited_params(ws: Path) -> Iterator[dict]:
+    """The workspace's params.yaml as a mapping to edit in the block; written back when the block ends."""
+    path = ws / "params.yaml"
+    raw = yaml.safe_load(path.read_text())
+    yield raw
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
 def stage_env(ws: Path, code: Path, threads: int) -> dict:
     """The environment of a stage run in workspace `ws`: the code snapshot, its own MLflow store, `threads` threads."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code / "src"), str(code)]),
@@ -130,9 +141,8 @@ def run(ws: Path, code: Path, start: str, levers: list[str], threads: int = 1) -
     out = {}
     for stage in ("pretrain", "sft") if start == "pretrain" else ("sft",):
         if stage == "sft" and start == "pretrain":  # only pretraining's precision differs between the arms
-            raw = yaml.safe_load((ws / "params.yaml").read_text())
-            raw["common"]["dtype"] = "float32"
-            (ws / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+            with edited_params(ws) as raw:
+                raw["common"]["dtype"] = "float32"
         with open(ws / f"{stage}.log", "w") as log:
             subprocess.run(command(stage, levers if stage == start else []), cwd=ws, env=env, check=True, stdout=log,
                            stderr=subprocess.STDOUT)
@@ -154,9 +164,8 @@ def run_rl(ws: Path, code: Path, seed: int, dtype: str, threads: int = 1) -> dic
     done = ws / f"rl-{dtype}.json"
     if done.exists():
         return json.loads(done.read_text())
-    raw = yaml.safe_load((ws / "params.yaml").read_text())
-    raw["common"].update(dtype=dtype, rl_seeds=[seed])  # the stage runs only the seeds of common.rl_seeds
-    (ws / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    with edited_params(ws) as raw:
+        raw["common"].update(dtype=dtype, rl_seeds=[seed])  # the stage runs only the seeds of common.rl_seeds
     env = stage_env(ws, code, threads)
     t0 = time.perf_counter()
     with open(ws / f"rl-{dtype}.log", "w") as log:
@@ -184,12 +193,11 @@ def val_greedy(ws: Path, code: Path, model: str, seed: int, problems: int, threa
             if tag != ("-bfloat16" if ran.get("bf16") else "-float32"):
                 raise SystemExit(f"{ws}: the RL model on disk is not the {tag[1:]} run; remove its rl-*.json to "
                                  "train it again")
-        raw = yaml.safe_load((ws / "params.yaml").read_text())
-        raw["common"].update(dtype="float32", rl_seeds=[seed])
-        ev = raw["evaluate"]
-        ev.update(val_problems=problems, sampled_models=[], passk_problems=0, modes=["cot"])
-        ev["datasets"] = {k: 0 for k in ev["datasets"]} | {"synthetic": 1}  # the stage needs one; never read
-        (ws / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+        with edited_params(ws) as raw:
+            raw["common"].update(dtype="float32", rl_seeds=[seed])
+            ev = raw["evaluate"]
+            ev.update(val_problems=problems, sampled_models=[], passk_problems=0, modes=["cot"])
+            ev["datasets"] = {k: 0 for k in ev["datasets"]} | {"synthetic": 1}  # the stage needs one; never read
         env = stage_env(ws, code, threads)
         with open(ws / f"evaluate-{model}.log", "w") as log:
             subprocess.run([sys.executable, "-m", "stages.evaluate", model], cwd=ws, env=env, check=True,
