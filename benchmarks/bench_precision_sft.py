@@ -23,6 +23,13 @@ the end minus the start, and the mean of the last three evaluations minus the st
 difference is the gain to judge by (RL's curve reads 200 problems). The acceptance of a bf16 default asks the SFT ->
 RL gain of both chains within noise of each other.
 
+`--sampled N` (with `--through rl`) adds the Maj@K / Pass@K shape: the SFT and RL models of every run on the first N
+synthetic **test** problems in CoT by the evaluate stage in float32, greedy and `evaluate.n_samples` samples (maj@k,
+pass@k for `evaluate.k`), and with `--passk M` pass@k up to `evaluate.passk_samples` on the first M of them, the
+stage's own seeds. Nothing is chosen from these figures: they are the curves the report's Fig. 7 draws, compared
+between the arms. Besides mean, sd and the by-seed paired difference, the output gives each difference paired by
+problem (`by_problem`: per problem the mean over seeds of arm minus control; SE = sd over problems / sqrt(n)).
+
 An arm is a precision, optionally with a lever: `bfloat16+attention32` trains in bf16 with the attention's scores,
 softmax and weighted values in float32 (`dsmath.modeling.attention.float32_attention` around the stage).
 
@@ -208,6 +215,96 @@ def val_greedy(ws: Path, code: Path, model: str, seed: int, problems: int, threa
     return json.loads(done.read_text())["acc"]
 
 
+def per_problem(rows: list[dict], n_k: int = 8) -> dict[str, list[float]]:
+    """Each problem's greedy correctness, maj@`n_k`, pass@1 and pass@`n_k` of its samples (unbiased), and pass@k of
+    its `passk_samples` where it has them (k = 16, 64), in the rows' order; keyed like the stage's metrics."""
+    from dsmath.evaluation.metrics import maj_at_k, pass_at_k
+    from dsmath.rewards import is_equivalent
+
+    out: dict[str, list[float]] = {"greedy": [float(r["greedy_correct"]) for r in rows]}
+    sampled = [r for r in rows if "sample_correct" in r]
+    if len(sampled) == len(rows):
+        out[f"maj@{n_k}"] = [float(maj_at_k(r["sample_answers"], r["gold"], n_k, is_equivalent)) for r in rows]
+        out["pass@1"] = [sum(r["sample_correct"]) / len(r["sample_correct"]) for r in rows]
+        out[f"pass@{n_k}"] = [pass_at_k(len(r["sample_correct"]), int(sum(r["sample_correct"])), n_k) for r in rows]
+    sub = [r for r in rows if "passk_right" in r]
+    for k in (16, 64):
+        if sub and k <= sub[0]["passk_samples"]:
+            out[f"passk@{k}"] = [pass_at_k(r["passk_samples"], r["passk_right"], k) for r in sub]
+    return out
+
+
+def test_sampled(ws: Path, code: Path, model: str, seed: int, problems: int, passk: int, threads: int = 1,
+                 tag: str = "") -> dict:
+    """Maj@K / Pass@K of models/<model> (rl: its seed-<seed> run) on the first `problems` synthetic test problems in
+    CoT, by the evaluate stage in float32 (greedy, `evaluate.n_samples` samples, pass@k up to `passk_samples` on the
+    first `passk` problems; validation cut to one problem, unread): {"metrics": the stage's synthetic/cot/...
+    figures, "problems": :func:`per_problem`}. `tag` as in :func:`val_greedy`."""
+    done = ws / f"sampled-{model}{tag}-{problems}-{passk}.json"
+    if not done.exists():
+        if model == "rl":
+            ran = json.loads((ws / "metrics" / "rl" / f"seed-{seed}.json").read_text())
+            if tag != ("-bfloat16" if ran.get("bf16") else "-float32"):
+                raise SystemExit(f"{ws}: the RL model on disk is not the {tag[1:]} run")
+        with edited_params(ws) as raw:
+            raw["common"].update(dtype="float32", rl_seeds=[seed])
+            ev = raw["evaluate"]
+            ev.update(val_problems=1, modes=["cot"], sampled_models=[model], sampled_datasets=["synthetic"],
+                      sampled_modes=["cot"], passk_problems=passk)
+            ev["datasets"] = {k: 0 for k in ev["datasets"]} | {"synthetic": problems}
+        env = stage_env(ws, code, threads)
+        with open(ws / f"evaluate-{model}-sampled.log", "w") as log:
+            subprocess.run([sys.executable, "-m", "stages.evaluate", model], cwd=ws, env=env, check=True,
+                           stdout=log, stderr=subprocess.STDOUT)
+        metrics = json.loads((ws / "metrics" / "eval" / f"{model}.json").read_text())
+        folder = ws / "eval" / model / (f"seed-{seed}" if model == "rl" else "")
+        rows = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines() if line]
+        rows = [r for r in rows if r.get("dataset") == "synthetic" and r.get("mode") == "cot"]
+        done.write_text(json.dumps({"metrics": {k.removeprefix("synthetic/cot/"): v for k, v in metrics.items()
+                                                if k.startswith("synthetic/cot/")},
+                                    "ids": [r["id"] for r in rows],
+                                    "problems": per_problem(rows, max(ev["k"]))}))
+    return json.loads(done.read_text())
+
+
+def sampled_result(sft: dict, rl: dict) -> dict:
+    """The scalars of :func:`test_sampled`'s SFT and RL evaluations, `sampled/sft/<metric>`, `sampled/rl/<metric>`
+    and `sampled/gain/<metric>` (RL minus SFT)."""
+    out = {}
+    for m in sft["metrics"]:
+        if (m == "greedy" or m.startswith(("maj@", "pass@", "passk@"))) and m in rl["metrics"]:
+            out |= {f"sampled/sft/{m}": sft["metrics"][m], f"sampled/rl/{m}": rl["metrics"][m],
+                    f"sampled/gain/{m}": rl["metrics"][m] - sft["metrics"][m]}
+    return out
+
+
+def by_problem(problems: dict[str, dict[int, dict]], arms: list[str]) -> dict:
+    """Each other arm minus the first, paired by problem: per (model, metric), per problem the mean over the seeds
+    both arms have of their difference; its mean and SE (sd over problems / sqrt(n)). `problems[arm][seed]` is
+    {"sft": per_problem, "rl": per_problem, "ids": [...]}; `gain` is rl - sft per problem."""
+    first, out = arms[0], {}
+    for d in arms[1:]:
+        seeds = sorted(set(problems[first]) & set(problems[d]))
+        if not seeds:
+            continue
+        for model in ("sft", "rl", "gain"):
+            for m in problems[first][seeds[0]]["sft"]:
+                def vec(arm, s, model=model, m=m):
+                    p = problems[arm][s]
+                    if model == "gain":
+                        return [b - a for a, b in zip(p["sft"][m], p["rl"][m], strict=True)]
+                    return p[model][m]
+                for s in seeds:  # the arms must have scored the same problems in the same order
+                    if problems[d][s]["ids"] != problems[first][s]["ids"]:
+                        raise SystemExit(f"seed {s}: the arms' problems differ")
+                diffs = [mean(x) for x in zip(*[[b - a for a, b in zip(vec(first, s), vec(d, s), strict=True)]
+                                                 for s in seeds], strict=True)]
+                se = stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else None
+                out[f"{d} - {first}/{model}/{m}"] = {"mean": mean(diffs), "se": se, "problems": len(diffs),
+                                                     "seeds": len(seeds)}
+    return out
+
+
 def summarize(runs: dict[str, dict[int, dict]], arms: list[str]) -> dict:
     """Per metric: mean and sd over seeds per precision, and the paired difference (each other precision minus the
     first) over the seeds both have, with its standard error (sd of the per-seed differences / sqrt(n))."""
@@ -215,7 +312,8 @@ def summarize(runs: dict[str, dict[int, dict]], arms: list[str]) -> dict:
     first = arms[0]
     keys = next(iter(next(iter(runs.values())).values()))
     names = ([k for k in keys if k.startswith("pretrain/")] + list(METRICS)
-             + [k for k in keys if k.startswith("rl/") and k != "rl/bf16"])
+             + [k for k in keys if k.startswith("rl/") and k != "rl/bf16"]
+             + [k for k in keys if k.startswith("sampled/")])
     for m in names:
         row = {}
         for d in arms:
@@ -250,6 +348,11 @@ def main() -> None:
     ap.add_argument("--val-problems", type=int, default=500,
                     help="with --through rl: the SFT and RL models' greedy accuracy on this many validation problems "
                          "(the evaluate stage, float32; 0: only RL's own curve)")
+    ap.add_argument("--sampled", type=int, default=0,
+                    help="with --through rl: Maj@K / Pass@K of the SFT and RL models on this many synthetic test "
+                         "problems, CoT, the evaluate stage in float32 (0: off)")
+    ap.add_argument("--passk", type=int, default=0,
+                    help="with --sampled: pass@k up to evaluate.passk_samples on the first this many of them")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="torch threads of each run (common.num_threads)")
     ap.add_argument("--tmp", default="/tmp/bench_precision_sft")
@@ -275,6 +378,7 @@ def main() -> None:
         parse_arm(arm)
     jobs = [(a, s) for s in args.seeds for a in args.arms]  # a seed's arms next to each other
     runs: dict[str, dict[int, dict]] = {a: {} for a in args.arms}
+    problems: dict[str, dict[int, dict]] = {a: {} for a in args.arms}  # --sampled: per-problem figures
 
     def one(job):
         d, s = job
@@ -287,6 +391,11 @@ def main() -> None:
                 start = val_greedy(ws, code, "sft", s, args.val_problems, args.threads)
                 end = val_greedy(ws, code, "rl", s, args.val_problems, args.threads, f"-{rl_dtype}")
                 result |= {"rl/val_sft": start, "rl/val_rl": end, "rl/val_gain": end - start}
+            if args.sampled:  # the Maj@K / Pass@K shape of both models on test problems
+                sft = test_sampled(ws, code, "sft", s, args.sampled, args.passk, args.threads)
+                rl = test_sampled(ws, code, "rl", s, args.sampled, args.passk, args.threads, f"-{rl_dtype}")
+                result |= sampled_result(sft, rl)
+                problems[d][s] = {"sft": sft["problems"], "rl": rl["problems"], "ids": sft["ids"]}
         runs[d][s] = result
         print(f"{d:9s} seed {s}: " + " ".join(f"{k}={v:.4g}" for k, v in result.items()
                                               if isinstance(v, float)), flush=True)
@@ -303,11 +412,15 @@ def main() -> None:
             spread = v.get("sd", v.get("se"))
             cells.append(f"{k} {v['mean']:.4g}" + (f" ({spread:.2g})" if spread is not None else ""))
         print(f"{m:18s} " + " | ".join(cells))
+    paired = by_problem(problems, args.arms) if args.sampled else {}
+    for name, v in paired.items():
+        print(f"{name:40s} {v['mean']:+.4f} (SE {v['se']:.4f}, {v['problems']} problems x {v['seeds']} seeds)")
     if args.out:
         out = {"machine": machine, "from": args.start, "overrides": overrides, "seeds": args.seeds, "jobs": args.jobs,
                "threads": args.threads,
-               "through": args.through, "rl_dtype": args.rl_dtype,
-               "table": table, "runs": {d: {str(s): r for s, r in rs.items()} for d, rs in runs.items()}}
+               "through": args.through, "rl_dtype": args.rl_dtype, "sampled": args.sampled, "passk": args.passk,
+               "table": table, "by_problem": paired or None,
+               "runs": {d: {str(s): r for s, r in rs.items()} for d, rs in runs.items()}}
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
 
 
