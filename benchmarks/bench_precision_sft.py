@@ -234,7 +234,7 @@ def per_problem(rows: list[dict], n_k: int = 8) -> dict[str, list[float]]:
     return out
 
 
-def test_sampled(ws: Path, code: Path, model: str, seed: int, problems: int, passk: int, threads: int = 1,
+def sampled_eval(ws: Path, code: Path, model: str, seed: int, problems: int, passk: int, threads: int = 1,
                  tag: str = "") -> dict:
     """Maj@K / Pass@K of models/<model> (rl: its seed-<seed> run) on the first `problems` synthetic test problems in
     CoT, by the evaluate stage in float32 (greedy, `evaluate.n_samples` samples, pass@k up to `passk_samples` on the
@@ -268,7 +268,7 @@ def test_sampled(ws: Path, code: Path, model: str, seed: int, problems: int, pas
 
 
 def sampled_result(sft: dict, rl: dict) -> dict:
-    """The scalars of :func:`test_sampled`'s SFT and RL evaluations, `sampled/sft/<metric>`, `sampled/rl/<metric>`
+    """The scalars of :func:`sampled_eval`'s SFT and RL evaluations, `sampled/sft/<metric>`, `sampled/rl/<metric>`
     and `sampled/gain/<metric>` (RL minus SFT)."""
     out = {}
     for m in sft["metrics"]:
@@ -392,8 +392,8 @@ def main() -> None:
                 end = val_greedy(ws, code, "rl", s, args.val_problems, args.threads, f"-{rl_dtype}")
                 result |= {"rl/val_sft": start, "rl/val_rl": end, "rl/val_gain": end - start}
             if args.sampled:  # the Maj@K / Pass@K shape of both models on test problems
-                sft = test_sampled(ws, code, "sft", s, args.sampled, args.passk, args.threads)
-                rl = test_sampled(ws, code, "rl", s, args.sampled, args.passk, args.threads, f"-{rl_dtype}")
+                sft = sampled_eval(ws, code, "sft", s, args.sampled, args.passk, args.threads)
+                rl = sampled_eval(ws, code, "rl", s, args.sampled, args.passk, args.threads, f"-{rl_dtype}")
                 result |= sampled_result(sft, rl)
                 problems[d][s] = {"sft": sft["problems"], "rl": rl["problems"], "ids": sft["ids"]}
         runs[d][s] = result
