@@ -58,6 +58,7 @@ from statistics import mean, stdev
 
 import yaml
 from bench_precision import _set  # a dotted params override, as the per-stage benchmark applies it
+from precision_paired import by_problem, per_problem, sampled_result
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAIN_METRICS = ("heldout_after_nll", "tokens_per_s", "train_seconds")
@@ -188,50 +189,39 @@ def run_rl(ws: Path, code: Path, seed: int, dtype: str, threads: int = 1) -> dic
     return out
 
 
+def run_evaluate(ws: Path, code: Path, model: str, seed: int, threads: int, tag: str, log: str,
+                 evaluate: dict, datasets: dict[str, int]) -> dict:
+    """Run the evaluate stage in float32 on models/<model> (rl: its seed-<seed> run) with `evaluate` keys and the
+    first `datasets[name]` problems of each dataset (the others 0); its metrics. `tag` is the RL run's precision,
+    which names the caller's cache file and must be that of the RL model on disk (the last RL run of the workspace)."""
+    if model == "rl":
+        ran = json.loads((ws / "metrics" / "rl" / f"seed-{seed}.json").read_text())
+        if tag != ("-bfloat16" if ran.get("bf16") else "-float32"):
+            raise SystemExit(f"{ws}: the RL model on disk is not the {tag[1:]} run; remove its rl-*.json to "
+                             "train it again")
+    with edited_params(ws) as raw:
+        raw["common"].update(dtype="float32", rl_seeds=[seed])
+        ev = raw["evaluate"]
+        ev.update(evaluate)
+        ev["datasets"] = {k: 0 for k in ev["datasets"]} | datasets
+    with open(ws / log, "w") as f:
+        subprocess.run([sys.executable, "-m", "stages.evaluate", model], cwd=ws, env=stage_env(ws, code, threads),
+                       check=True, stdout=f, stderr=subprocess.STDOUT)
+    return json.loads((ws / "metrics" / "eval" / f"{model}.json").read_text())
+
+
 def val_greedy(ws: Path, code: Path, model: str, seed: int, problems: int, threads: int = 1, tag: str = "") -> float:
     """Greedy accuracy of models/<model> (rl: its seed-<seed> run) on the first `problems` validation problems in
     the primary metric's mode, by the evaluate stage in float32 (test datasets cut to the one problem the stage
-    needs, its score unread: only `val/...` is). `tag` is the RL run's precision, which names the cache file and
-    must be that of the RL model on disk (the last RL run of the workspace)."""
+    needs, its score unread: only `val/...` is). `tag` as in :func:`run_evaluate`."""
     done = ws / f"val-{model}{tag}-{problems}.json"
     if not done.exists():
-        if model == "rl":
-            ran = json.loads((ws / "metrics" / "rl" / f"seed-{seed}.json").read_text())
-            if tag != ("-bfloat16" if ran.get("bf16") else "-float32"):
-                raise SystemExit(f"{ws}: the RL model on disk is not the {tag[1:]} run; remove its rl-*.json to "
-                                 "train it again")
-        with edited_params(ws) as raw:
-            raw["common"].update(dtype="float32", rl_seeds=[seed])
-            ev = raw["evaluate"]
-            ev.update(val_problems=problems, sampled_models=[], passk_problems=0, modes=["cot"])
-            ev["datasets"] = {k: 0 for k in ev["datasets"]} | {"synthetic": 1}  # the stage needs one; never read
-        env = stage_env(ws, code, threads)
-        with open(ws / f"evaluate-{model}.log", "w") as log:
-            subprocess.run([sys.executable, "-m", "stages.evaluate", model], cwd=ws, env=env, check=True,
-                           stdout=log, stderr=subprocess.STDOUT)
-        metrics = json.loads((ws / "metrics" / "eval" / f"{model}.json").read_text())
-        key = "val/" + raw["evaluate"]["primary_metric"]
+        metrics = run_evaluate(ws, code, model, seed, threads, tag, f"evaluate-{model}.log",
+                               dict(val_problems=problems, sampled_models=[], passk_problems=0, modes=["cot"]),
+                               {"synthetic": 1})  # the stage needs one; never read
+        key = "val/" + yaml.safe_load((ws / "params.yaml").read_text())["evaluate"]["primary_metric"]
         done.write_text(json.dumps({"acc": metrics[key], "problems": problems, "metric": key}))
     return json.loads(done.read_text())["acc"]
-
-
-def per_problem(rows: list[dict], n_k: int = 8) -> dict[str, list[float]]:
-    """Each problem's greedy correctness, maj@`n_k`, pass@1 and pass@`n_k` of its samples (unbiased), and pass@k of
-    its `passk_samples` where it has them (k = 16, 64), in the rows' order; keyed like the stage's metrics."""
-    from dsmath.evaluation.metrics import maj_at_k, pass_at_k
-    from dsmath.rewards import is_equivalent
-
-    out: dict[str, list[float]] = {"greedy": [float(r["greedy_correct"]) for r in rows]}
-    sampled = [r for r in rows if "sample_correct" in r]
-    if len(sampled) == len(rows):
-        out[f"maj@{n_k}"] = [float(maj_at_k(r["sample_answers"], r["gold"], n_k, is_equivalent)) for r in rows]
-        out["pass@1"] = [sum(r["sample_correct"]) / len(r["sample_correct"]) for r in rows]
-        out[f"pass@{n_k}"] = [pass_at_k(len(r["sample_correct"]), int(sum(r["sample_correct"])), n_k) for r in rows]
-    sub = [r for r in rows if "passk_right" in r]
-    for k in (16, 64):
-        if sub and k <= sub[0]["passk_samples"]:
-            out[f"passk@{k}"] = [pass_at_k(r["passk_samples"], r["passk_right"], k) for r in sub]
-    return out
 
 
 def sampled_eval(ws: Path, code: Path, model: str, seed: int, problems: int, passk: int, threads: int = 1,
@@ -239,70 +229,22 @@ def sampled_eval(ws: Path, code: Path, model: str, seed: int, problems: int, pas
     """Maj@K / Pass@K of models/<model> (rl: its seed-<seed> run) on the first `problems` synthetic test problems in
     CoT, by the evaluate stage in float32 (greedy, `evaluate.n_samples` samples, pass@k up to `passk_samples` on the
     first `passk` problems; validation cut to one problem, unread): {"metrics": the stage's synthetic/cot/...
-    figures, "problems": :func:`per_problem`}. `tag` as in :func:`val_greedy`."""
+    figures, "ids": the problems', "problems": :func:`precision_paired.per_problem`}. `tag` as in
+    :func:`run_evaluate`."""
     done = ws / f"sampled-{model}{tag}-{problems}-{passk}.json"
     if not done.exists():
-        if model == "rl":
-            ran = json.loads((ws / "metrics" / "rl" / f"seed-{seed}.json").read_text())
-            if tag != ("-bfloat16" if ran.get("bf16") else "-float32"):
-                raise SystemExit(f"{ws}: the RL model on disk is not the {tag[1:]} run")
-        with edited_params(ws) as raw:
-            raw["common"].update(dtype="float32", rl_seeds=[seed])
-            ev = raw["evaluate"]
-            ev.update(val_problems=1, modes=["cot"], sampled_models=[model], sampled_datasets=["synthetic"],
-                      sampled_modes=["cot"], passk_problems=passk)
-            ev["datasets"] = {k: 0 for k in ev["datasets"]} | {"synthetic": problems}
-        env = stage_env(ws, code, threads)
-        with open(ws / f"evaluate-{model}-sampled.log", "w") as log:
-            subprocess.run([sys.executable, "-m", "stages.evaluate", model], cwd=ws, env=env, check=True,
-                           stdout=log, stderr=subprocess.STDOUT)
-        metrics = json.loads((ws / "metrics" / "eval" / f"{model}.json").read_text())
+        metrics = run_evaluate(ws, code, model, seed, threads, tag, f"evaluate-{model}-sampled.log",
+                               dict(val_problems=1, modes=["cot"], sampled_models=[model],
+                                    sampled_datasets=["synthetic"], sampled_modes=["cot"], passk_problems=passk),
+                               {"synthetic": problems})
         folder = ws / "eval" / model / (f"seed-{seed}" if model == "rl" else "")
         rows = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines() if line]
         rows = [r for r in rows if r.get("dataset") == "synthetic" and r.get("mode") == "cot"]
+        n_k = max(yaml.safe_load((ws / "params.yaml").read_text())["evaluate"]["k"])
         done.write_text(json.dumps({"metrics": {k.removeprefix("synthetic/cot/"): v for k, v in metrics.items()
                                                 if k.startswith("synthetic/cot/")},
-                                    "ids": [r["id"] for r in rows],
-                                    "problems": per_problem(rows, max(ev["k"]))}))
+                                    "ids": [r["id"] for r in rows], "problems": per_problem(rows, n_k)}))
     return json.loads(done.read_text())
-
-
-def sampled_result(sft: dict, rl: dict) -> dict:
-    """The scalars of :func:`sampled_eval`'s SFT and RL evaluations, `sampled/sft/<metric>`, `sampled/rl/<metric>`
-    and `sampled/gain/<metric>` (RL minus SFT)."""
-    out = {}
-    for m in sft["metrics"]:
-        if (m == "greedy" or m.startswith(("maj@", "pass@", "passk@"))) and m in rl["metrics"]:
-            out |= {f"sampled/sft/{m}": sft["metrics"][m], f"sampled/rl/{m}": rl["metrics"][m],
-                    f"sampled/gain/{m}": rl["metrics"][m] - sft["metrics"][m]}
-    return out
-
-
-def by_problem(problems: dict[str, dict[int, dict]], arms: list[str]) -> dict:
-    """Each other arm minus the first, paired by problem: per (model, metric), per problem the mean over the seeds
-    both arms have of their difference; its mean and SE (sd over problems / sqrt(n)). `problems[arm][seed]` is
-    {"sft": per_problem, "rl": per_problem, "ids": [...]}; `gain` is rl - sft per problem."""
-    first, out = arms[0], {}
-    for d in arms[1:]:
-        seeds = sorted(set(problems[first]) & set(problems[d]))
-        if not seeds:
-            continue
-        for model in ("sft", "rl", "gain"):
-            for m in problems[first][seeds[0]]["sft"]:
-                def vec(arm, s, model=model, m=m):
-                    p = problems[arm][s]
-                    if model == "gain":
-                        return [b - a for a, b in zip(p["sft"][m], p["rl"][m], strict=True)]
-                    return p[model][m]
-                for s in seeds:  # the arms must have scored the same problems in the same order
-                    if problems[d][s]["ids"] != problems[first][s]["ids"]:
-                        raise SystemExit(f"seed {s}: the arms' problems differ")
-                diffs = [mean(x) for x in zip(*[[b - a for a, b in zip(vec(first, s), vec(d, s), strict=True)]
-                                                 for s in seeds], strict=True)]
-                se = stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else None
-                out[f"{d} - {first}/{model}/{m}"] = {"mean": mean(diffs), "se": se, "problems": len(diffs),
-                                                     "seeds": len(seeds)}
-    return out
 
 
 def summarize(runs: dict[str, dict[int, dict]], arms: list[str]) -> dict:
