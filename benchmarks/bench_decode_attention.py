@@ -15,9 +15,12 @@ engine as it is, on the same model, prompts and tokens:
 - ``fused16``: bf16 weights, bf16 cache, the fused kernel (the whole lever).
 
 Every variant decodes the same token sequence (teacher-forced, EOS never ends a row), so their logits are compared
-step by step with the float32 engine's: max |difference| and the share of steps whose argmax agrees. Timing is the
-median over ``--repeats`` interleaved runs of the decoding steps alone (the prefill excluded). Shapes: the RL step
-(16 prompts x 8), evaluation's samples (32 x 8) and its greedy batch (256 distinct prompts).
+step by step with the float32 engine's: max |difference| and the share of steps whose argmax agrees. Two timings,
+each the median over ``--repeats`` interleaved runs: the decoding steps alone (``ms_per_step``, the prefill
+excluded), and the whole of `dsmath.generation.rollout.sample` with that engine (``sample_s``: prefill, steps,
+sampling at temperature 1, the rows' bookkeeping; prompts shared across a group as RL and evaluation do; no EOS, so
+every row runs ``--steps`` tokens). Shapes: the RL step (16 prompts x 8), evaluation's samples (32 x 8) and its
+greedy batch (256 distinct prompts).
 
     .venv/bin/python benchmarks/bench_decode_attention.py --out benchmarks/results/decode_attention.json
 """
@@ -35,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from bench_rollout import default_model, make_prompts
 
+import dsmath.generation.rollout as rollout
 from dsmath.generation.engines import FastLlama, _add_linear
 from dsmath.generation.rollout import left_pad
 
@@ -159,16 +163,25 @@ def check_kernel(kernel, seed: int = 0) -> float:
     return worst
 
 
+VARIANTS = {  # name -> (engine class, keyword arguments); FusedLlama's get the kernel too
+    "fp32": (FastLlama, {}),
+    "bf16w": (FastLlama, {"dtype": torch.bfloat16}),
+    "fused32": (FusedLlama, {}),
+    "fused16c": (FusedLlama, {"cache_dtype": torch.bfloat16}),
+    "fused16": (FusedLlama, {"dtype": torch.bfloat16, "cache_dtype": torch.bfloat16}),
+}
+
+
+def engine_maker(name: str, kernel):
+    """(model, batch, max_len) -> the engine of variant `name`."""
+    cls, kwargs = VARIANTS[name]
+    kwargs = kwargs | ({"kernel": kernel} if cls is FusedLlama else {})
+    return lambda model, batch, max_len: cls(model, batch, max_len, **kwargs)
+
+
 def variants(model, kernel):
-    """name -> engine constructor (batch, max_len)."""
-    bf16 = torch.bfloat16
-    return {
-        "fp32": lambda b, m: FastLlama(model, b, m),
-        "bf16w": lambda b, m: FastLlama(model, b, m, dtype=bf16),
-        "fused32": lambda b, m: FusedLlama(model, b, m, kernel),
-        "fused16c": lambda b, m: FusedLlama(model, b, m, kernel, cache_dtype=bf16),
-        "fused16": lambda b, m: FusedLlama(model, b, m, kernel, dtype=bf16, cache_dtype=bf16),
-    }
+    """name -> engine constructor (batch, max_len) over `model`."""
+    return {name: (lambda b, m, make=engine_maker(name, kernel): make(model, b, m)) for name in VARIANTS}
 
 
 def decode(make, ids, mask, inverse, tokens, keep_logits: bool):
@@ -184,6 +197,19 @@ def decode(make, ids, mask, inverse, tokens, keep_logits: bool):
             if keep_logits:
                 out.append(logits.float())
         return time.perf_counter() - start, out or None
+
+
+def time_sample(model, make, prompts: list[list[int]], group: int, steps: int, seed: int) -> float:
+    """Seconds of one `rollout.sample` call over `prompts`, each repeated `group` times, with the engine `make`."""
+    real = rollout.make_engine
+    rollout.make_engine = lambda _model, batch, max_len, _engine, _dtype: make(batch, max_len)
+    try:
+        start = time.perf_counter()
+        rollout.sample(model, [p for p in prompts for _ in range(group)], max_new_tokens=steps, eos_token_id=[],
+                       pad_token_id=0, temperature=1.0, seed=seed, share_prompts=group > 1)
+        return time.perf_counter() - start
+    finally:
+        rollout.make_engine = real
 
 
 def matmul_gflops(n: int = 2048, dtype=torch.float32) -> float:
@@ -231,7 +257,8 @@ def main() -> None:
           f"{result['matmul_gflops_fp32_start']} / bf16 {result['matmul_gflops_bf16_start']} GFLOP/s")
     for shape in args.shapes:
         u, g = SHAPES[shape]
-        ids, mask = left_pad(make_prompts(u, args.prompt_len, vocab, args.seed), pad_token_id=0)
+        prompts = make_prompts(u, args.prompt_len, vocab, args.seed)
+        ids, mask = left_pad(prompts, pad_token_id=0)
         inverse = torch.arange(u).repeat_interleave(g) if g > 1 else None
         tokens = torch.randint(4, vocab, (u * g, args.steps), generator=torch.Generator().manual_seed(args.seed))
         _, ref = decode(engines["fp32"], ids, mask, inverse, tokens, keep_logits=True)
@@ -241,15 +268,22 @@ def main() -> None:
             diff = max(float((a - b).abs().max()) for a, b in zip(logits, ref, strict=True))
             agree = statistics.mean(float((a.argmax(-1) == b.argmax(-1)).float().mean())
                                     for a, b in zip(logits, ref, strict=True))
-            row["variants"][name] = {"max_abs_logit_diff": diff, "argmax_agreement": round(agree, 5), "s": []}
-        for _ in range(args.repeats):  # interleaved: background load hits every variant alike
+            row["variants"][name] = {"max_abs_logit_diff": diff, "argmax_agreement": round(agree, 5), "s": [],
+                                     "sample_runs_s": []}
+        for rep in range(args.repeats):  # interleaved: background load hits every variant alike
             for name, make in engines.items():
-                row["variants"][name]["s"].append(decode(make, ids, mask, inverse, tokens, keep_logits=False)[0])
+                v = row["variants"][name]
+                v["s"].append(decode(make, ids, mask, inverse, tokens, keep_logits=False)[0])
+                v["sample_runs_s"].append(time_sample(model, make, prompts, g, args.steps, seed=rep))
         base = statistics.median(row["variants"]["fp32"]["s"])
+        base_sample = statistics.median(row["variants"]["fp32"]["sample_runs_s"])
         for name, v in row["variants"].items():
             v["ms_per_step"] = round(1e3 * statistics.median(v["s"]) / args.steps, 3)
             v["speedup_vs_fp32"] = round(base / statistics.median(v["s"]), 3)
+            v["sample_s"] = round(statistics.median(v["sample_runs_s"]), 3)
+            v["sample_speedup_vs_fp32"] = round(base_sample / v["sample_s"], 3)
             print(f"{shape:13s} {name:9s} {v['ms_per_step']:7.3f} ms/step  x{v['speedup_vs_fp32']:.2f}  "
+                  f"sample() {v['sample_s']:6.2f} s  x{v['sample_speedup_vs_fp32']:.2f}  "
                   f"max|dlogit| {v['max_abs_logit_diff']:.2e}  argmax agree {v['argmax_agreement']:.4f}")
         result["shapes"][shape] = row
     result["matmul_gflops_fp32_end"] = round(matmul_gflops(), 1)
