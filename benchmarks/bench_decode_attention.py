@@ -146,7 +146,9 @@ def check_kernel(kernel, seed: int = 0) -> float:
     kbias[:, :5].masked_fill_(torch.rand(n, 5, generator=g) < 0.5, float("-inf"))
     worst = 0.0
     for dtype in (torch.float32, torch.bfloat16):
-        r = lambda x: x.to(dtype).float()  # noqa: E731  what the cache holds
+        def r(x, dtype=dtype):  # what the cache holds
+            return x.to(dtype).float()
+
         empty = torch.empty(0, dtype=dtype)
         keys, values = torch.cat([r(pk)[group], r(k)[:, :, :s]], 2), torch.cat([r(pv)[group], r(v)[:, :, :s]], 2)
         bias = torch.cat([pbias[group], kbias[:, :s]], 1)[:, None, None]
@@ -181,7 +183,10 @@ def engine_maker(name: str, kernel):
 
 def variants(model, kernel):
     """name -> engine constructor (batch, max_len) over `model`."""
-    return {name: (lambda b, m, make=engine_maker(name, kernel): make(model, b, m)) for name in VARIANTS}
+    def over(make):
+        return lambda batch, max_len: make(model, batch, max_len)
+
+    return {name: over(engine_maker(name, kernel)) for name in VARIANTS}
 
 
 def decode(make, ids, mask, inverse, tokens, keep_logits: bool):

@@ -23,8 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import dsmath.generation.rollout as rollout  # noqa: E402
 from bench_decode_attention import VARIANTS, engine_maker, load_kernel  # noqa: E402
+
+import dsmath.generation.rollout as rollout  # noqa: E402
 
 
 def install(name: str) -> None:
