@@ -14,6 +14,10 @@ per run (the chain's data and models linked, never written). Read back:
   engine to ~1e-6 in the logits).
 - evaluate: the stage's wall time and its problems/s (greedy CoT, sampled CoT, greedy tool).
 
+An arm is ``engine[:precision][+attention32]``: the engine variant, the stage's `common.dtype` (default float32;
+``bfloat16`` trains RL's step under bf16 autocast and rescores pi_old itself) and, with ``+attention32``, the stage
+inside `dsmath.modeling.attention.float32_attention`. ``fp32`` is the control.
+
     .venv/bin/python benchmarks/bench_decode_stages.py --chain /path/to/built/project \\
         --out benchmarks/results/decode_stages.json
 """
@@ -42,13 +46,23 @@ PHASES = ("rl/time_generate_s", "rl/time_score_s", "rl/time_train_s", "rl/time_s
 RESCORE = {"fused16", "fused16c", "bf16w"}  # rollouts in another precision than training: pi_old is rescored
 
 
-def run(ws: Path, stage: str, engine: str) -> dict:
-    """One shortened stage run with `engine`; its figures."""
+def parse_arm(arm: str) -> tuple[str, str, bool]:
+    """'fused16:bfloat16+attention32' -> ('fused16', 'bfloat16', True)."""
+    head, *levers = arm.split("+")
+    engine, _, dtype = head.partition(":")
+    if levers not in ([], ["attention32"]) or dtype not in ("", "float32", "bfloat16"):
+        raise SystemExit(f"bad arm {arm!r}: engine[:float32|bfloat16][+attention32]")
+    return engine, dtype or "float32", bool(levers)
+
+
+def run(ws: Path, stage: str, arm: str) -> dict:
+    """One shortened stage run of `arm`; its figures."""
+    engine, dtype, attention32 = parse_arm(arm)
     arg = STAGES[stage][0]
     times = ws / "engine_times.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
                MLFLOW_TRACKING_URI=f"sqlite:///{ws}/mlflow.db", PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               DSMATH_ENGINE=engine, DSMATH_ENGINE_TIMES=str(times))
+               DSMATH_ENGINE=engine, DSMATH_ENGINE_TIMES=str(times), DSMATH_ATTENTION32=str(int(attention32)))
     env.pop("DSMATH_PARENT_RUN_ID", None)
     start = time.perf_counter()
     subprocess.run([sys.executable, str(HERE / "with_engine.py"), f"stages.{stage}", arg], cwd=ws, env=env,
@@ -61,7 +75,9 @@ def run(ws: Path, stage: str, engine: str) -> dict:
     ref = json.loads(times.read_text())["reference_logprobs_s"][1:]
     out |= {k.removeprefix("rl/"): median(v[1:]) for k, v in history.items()}
     out["reference_forward_s"] = median(ref)
-    out["step_rescored_s"] = out["time_step_s"] + (out["reference_forward_s"] if engine in RESCORE else 0.0)
+    # under bf16 the trainer rescores pi_old itself (inside its train phase); else a bf16 rollout would need it added
+    added = engine in RESCORE and dtype == "float32"
+    out["step_rescored_s"] = out["time_step_s"] + (out["reference_forward_s"] if added else 0.0)
     return out
 
 
@@ -83,7 +99,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--chain", required=True, help="a project whose models/ (tokenizer ... sft) and data/ are built")
     ap.add_argument("--params", default=str(ROOT / "params.yaml"))
-    ap.add_argument("--engines", nargs="+", default=["fp32", "fused32", "fused16"])
+    ap.add_argument("--arms", nargs="+", default=["fp32", "fused32", "fused16"],
+                    help="engine[:precision][+attention32]; fp32 is the control")
     ap.add_argument("--stages", nargs="+", default=["rl", "evaluate"], choices=["rl", "evaluate"])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--tmp", default="/tmp/bench_decode_stages")
@@ -100,13 +117,14 @@ def main() -> None:
     runs = result["runs"]
     for r in range(args.repeats):
         for stage in args.stages:
-            order = args.engines if r % 2 == 0 else args.engines[::-1]
-            for engine in order:
+            order = args.arms if r % 2 == 0 else args.arms[::-1]
+            for arm in order:
                 # a workspace of its own per run: MLflow keeps its database connection per tracking URI
-                ws = workspace(chain, tmp / f"{engine}-{r}", stage, "float32", Path(args.params))
-                figures = run(ws, stage, engine)
-                runs.setdefault(stage, {}).setdefault(engine, []).append(figures)
-                print(f"repeat {r} {stage:8s} {engine:8s} " + " ".join(f"{k}={v:.4g}" for k, v in figures.items()),
+                name = arm.replace(":", "-").replace("+", "-")
+                ws = workspace(chain, tmp / f"{name}-{r}", stage, parse_arm(arm)[1], Path(args.params))
+                figures = run(ws, stage, arm)
+                runs.setdefault(stage, {}).setdefault(arm, []).append(figures)
+                print(f"repeat {r} {stage:8s} {arm:8s} " + " ".join(f"{k}={v:.4g}" for k, v in figures.items()),
                       flush=True)
     result["matmul_gflops_end"] = gflops()
     table: dict = {}

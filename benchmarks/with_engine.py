@@ -5,10 +5,12 @@ decoding speed-up reaches a real stage (RL's generation phase, the evaluate stag
         .venv/bin/python benchmarks/with_engine.py stages.rl 1234
 
 ``DSMATH_ENGINE``: a name of `bench_decode_attention.VARIANTS` (``fp32`` is the engine as it is). Every call of
-`dsmath.generation.rollout.sample` then builds that engine. ``DSMATH_ENGINE_TIMES``: a JSON file that receives, at
-exit, the seconds spent in the RL trainer's `reference_logprobs` per call (the reference model's forward over the
-batch: what a rescoring of pi_old by the training forward would cost again, which a rollout decoded in another
-precision needs; see `dsmath.rl.trainer`). Used by `bench_decode_stages.py`.
+`dsmath.generation.rollout.sample` then builds that engine. ``DSMATH_ATTENTION32=1``: the stage runs inside
+`dsmath.modeling.attention.float32_attention` (training forwards under bf16 autocast attend in float32).
+``DSMATH_ENGINE_TIMES``: a JSON file that receives, at exit, the seconds spent in the RL trainer's
+`reference_logprobs` per call (the reference model's forward over the batch, and under bf16 the rescoring of pi_old
+by the training forward before it; a float32 run with a bf16 rollout would need that rescoring too, at the cost of
+one more such forward: see `dsmath.rl.trainer`). Used by `bench_decode_stages.py`.
 """
 
 from __future__ import annotations
@@ -59,7 +61,10 @@ def main() -> None:
         time_reference_forward(os.environ["DSMATH_ENGINE_TIMES"])
     module, *args = sys.argv[1:]
     sys.argv = [module, *args]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    from dsmath.modeling.attention import float32_attention
+
+    with float32_attention(os.environ.get("DSMATH_ATTENTION32") == "1"):
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":
