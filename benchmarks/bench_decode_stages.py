@@ -13,6 +13,8 @@ per run (the chain's data and models linked, never written). Read back:
   tokens, to that variant's step. ``fp32`` and ``fused32`` need none (the fused float32 attention agrees with the
   engine to ~1e-6 in the logits).
 - evaluate: the stage's wall time and its problems/s (greedy CoT, sampled CoT, greedy tool).
+- base, pretrain, sft (training: the engine matters only to SFT's probe): the wall time and the stage's metrics of
+  `bench_precision.py` (training tokens/s; SFT's probe problems/s).
 
 An arm is ``engine[:precision][+attention32]``: the engine variant, the stage's `common.dtype` (default float32;
 ``bfloat16`` trains RL's step under bf16 autocast and rescores pi_old itself) and, with ``+attention32``, the stage
@@ -65,11 +67,12 @@ def run(ws: Path, stage: str, arm: str) -> dict:
                DSMATH_ENGINE=engine, DSMATH_ENGINE_TIMES=str(times), DSMATH_ATTENTION32=str(int(attention32)))
     env.pop("DSMATH_PARENT_RUN_ID", None)
     start = time.perf_counter()
-    subprocess.run([sys.executable, str(HERE / "with_engine.py"), f"stages.{stage}", arg], cwd=ws, env=env,
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cmd = [sys.executable, str(HERE / "with_engine.py"), f"stages.{stage}", *([arg] if arg else [])]
+    subprocess.run(cmd, cwd=ws, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     out: dict = {"wall_s": time.perf_counter() - start}
-    if stage == "evaluate":
-        metrics = json.loads((ws / "metrics" / "eval" / f"{arg}.json").read_text())
+    if stage != "rl":
+        rel = f"eval/{arg}.json" if stage == "evaluate" else f"{stage}.json"
+        metrics = json.loads((ws / "metrics" / rel).read_text())
         return out | {k: metrics[k] for k, _ in STAGES[stage][2]}
     history = step_history(ws)
     ref = json.loads(times.read_text())["reference_logprobs_s"][1:]
@@ -101,7 +104,7 @@ def main() -> None:
     ap.add_argument("--params", default=str(ROOT / "params.yaml"))
     ap.add_argument("--arms", nargs="+", default=["fp32", "fused32", "fused16"],
                     help="engine[:precision][+attention32]; fp32 is the control")
-    ap.add_argument("--stages", nargs="+", default=["rl", "evaluate"], choices=["rl", "evaluate"])
+    ap.add_argument("--stages", nargs="+", default=["rl", "evaluate"], choices=list(STAGES))
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--tmp", default="/tmp/bench_decode_stages")
     ap.add_argument("--out")
@@ -134,7 +137,7 @@ def main() -> None:
         for engine, xs in by_engine.items():
             row = {k: median(x[k] for x in xs) for k in keys}
             if base:  # > 1: faster than the engine as it is (rates divided, seconds inverted)
-                row["vs_fp32"] = {k: (row[k] / base[k] if (stage == "evaluate" and k != "wall_s") else
+                row["vs_fp32"] = {k: (row[k] / base[k] if (stage != "rl" and k != "wall_s") else
                                       base[k] / row[k]) for k in keys if row[k]}
             table.setdefault(stage, {})[engine] = row
             print(f"{stage:8s} {engine:8s} " + " ".join(
