@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -41,6 +40,9 @@ from bench_rollout import default_model, make_prompts
 import dsmath.generation.rollout as rollout
 from dsmath.generation.engines import FastLlama, _add_linear
 from dsmath.generation.rollout import left_pad
+from dsmath.runtime import precision
+from dsmath.runtime.provenance import cpu_name
+from dsmath.train.flops import matmul_flops_per_s
 
 HERE = Path(__file__).resolve().parent
 SHAPES = {"rl": (16, 8), "eval_sampled": (32, 8), "eval_greedy": (256, 1)}  # distinct prompts x rows per prompt
@@ -217,25 +219,14 @@ def time_sample(model, make, prompts: list[list[int]], group: int, steps: int, s
         rollout.make_engine = real
 
 
-def matmul_gflops(n: int = 2048, dtype=torch.float32) -> float:
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    a @ b
-    start = time.perf_counter()
-    for _ in range(3):
-        a @ b
-    return 3 * 2 * n**3 / (time.perf_counter() - start) / 1e9
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
+def matmul_gflops(dtype=torch.float32) -> float:
+    """This machine's 2048^2 matmul rate in GFLOP/s, as every benchmark here reports it."""
+    return round(matmul_flops_per_s(2048, dtype=dtype) / 1e9, 1)
 
 
 def cpu_flags() -> list[str]:
-    text = Path("/proc/cpuinfo").read_text()
-    return sorted({f for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2") if f" {f}" in text})
+    """The CPU's vector and bf16 flags that matter to the kernel."""
+    return sorted(precision.cpu_flags() & ({"avx2", "avx512f", "avx512bw", "avx512vl"} | precision.NATIVE_BF16_FLAGS))
 
 
 def main() -> None:
@@ -256,8 +247,8 @@ def main() -> None:
     vocab = model.config.vocab_size
     result = {"cpu": cpu_name(), "flags": cpu_flags(), "threads": args.threads, "steps": args.steps,
               "prompt_len": args.prompt_len, "repeats": args.repeats, "kernel_max_abs_error": kernel_error,
-              "matmul_gflops_fp32_start": round(matmul_gflops(), 1),
-              "matmul_gflops_bf16_start": round(matmul_gflops(dtype=torch.bfloat16), 1), "shapes": {}}
+              "matmul_gflops_fp32_start": matmul_gflops(),
+              "matmul_gflops_bf16_start": matmul_gflops(torch.bfloat16), "shapes": {}}
     print(f"{result['cpu']} {result['flags']} threads {args.threads}; 2048^2 matmul fp32 "
           f"{result['matmul_gflops_fp32_start']} / bf16 {result['matmul_gflops_bf16_start']} GFLOP/s")
     for shape in args.shapes:
@@ -291,7 +282,7 @@ def main() -> None:
                   f"sample() {v['sample_s']:6.2f} s  x{v['sample_speedup_vs_fp32']:.2f}  "
                   f"max|dlogit| {v['max_abs_logit_diff']:.2e}  argmax agree {v['argmax_agreement']:.4f}")
         result["shapes"][shape] = row
-    result["matmul_gflops_fp32_end"] = round(matmul_gflops(), 1)
+    result["matmul_gflops_fp32_end"] = matmul_gflops()
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -36,11 +36,11 @@ from pathlib import Path
 from statistics import median
 
 import torch
+from bench_decode_attention import matmul_gflops
 from bench_precision import STAGES, workspace
 
 from dsmath.runtime import precision
 from dsmath.runtime.provenance import cpu_name
-from dsmath.train.flops import matmul_flops_per_s
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -111,8 +111,9 @@ def main() -> None:
     args = ap.parse_args()
     chain, tmp = Path(args.chain).resolve(), Path(args.tmp)
     torch.set_num_threads(2)
-    gflops = lambda: {d: round(matmul_flops_per_s(2048, dtype=precision.DTYPES[d]) / 1e9, 1)  # noqa: E731
-                      for d in ("float32", "bfloat16")}
+    def gflops() -> dict[str, float]:
+        return {d: matmul_gflops(precision.DTYPES[d]) for d in ("float32", "bfloat16")}
+
     result = {"cpu": cpu_name(), "cpu_bf16_flags": sorted(precision.cpu_flags() & precision.NATIVE_BF16_FLAGS),
               "matmul_gflops_start": gflops(), "repeats": args.repeats,
               "overrides": {s: STAGES[s][1] for s in args.stages}, "runs": {}}

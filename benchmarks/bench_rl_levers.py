@@ -77,13 +77,15 @@ def main() -> None:
     chain, tmp = Path(args.chain).resolve(), Path(args.tmp)
     tmp.mkdir(parents=True, exist_ok=True)
     code = snapshot(tmp)
+    import torch
+    from bench_decode_attention import matmul_gflops
+
     from dsmath.runtime import precision
     from dsmath.runtime.provenance import cpu_name
-    from dsmath.train.flops import matmul_flops_per_s
 
     machine = {"cpu": cpu_name(), "cpu_bf16_kind": precision.bf16_kind(precision.cpu_flags()),
-               "matmul_gflops_1thread": {d: round(matmul_flops_per_s(2048, dtype=precision.DTYPES[d]) / 1e9, 1)
-                                         for d in ("float32", "bfloat16")}}
+               "matmul_gflops": {d: matmul_gflops(precision.DTYPES[d]) for d in ("float32", "bfloat16")},
+               "matmul_threads": torch.get_num_threads()}
     print(json.dumps(machine), flush=True)
     runs: dict[str, dict[int, dict]] = {a: {} for a in args.arms}
 
